@@ -1,0 +1,79 @@
+# Data Parallel from Scratch: two commands do all the set-up.
+#   make book   build the static site (creates .venv from requirements.txt if needed)
+#   make test   the same set-up, then every test
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+VENDOR := vendor/.stamp
+NB_SANITIZE := tests/nbval_sanitize.cfg
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: book test test-unit test-notebooks test-book test-browser test-practice lab bench notebooks clean help
+
+help:
+	@echo "make book   - build the static site into _build/html"
+	@echo "make test   - every test: mylib, notebooks (nbval), practice, book build, browser"
+	@echo "make lab    - open JupyterLab on the notebooks"
+	@echo "make bench  - benchmarks: MyDDP vs PyTorch DDP, timeline model vs measurement"
+	@echo "make notebooks - re-execute every notebook and save its outputs"
+
+# The virtual environment is rebuilt whenever requirements.txt changes.
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	@touch $@
+
+# JavaScript the site serves itself (widgets, Pyodide), from the npm registry.
+$(VENDOR): book/vendor.sh
+	bash book/vendor.sh vendor
+	@touch $@
+
+book: $(STAMP) $(VENDOR)
+	$(BIN)/jupyter-book build . -W -n --keep-going
+	@echo
+	@echo "The site is in _build/html. Open _build/html/index.html in a browser,"
+	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000  (then http://127.0.0.1:8000)"
+
+test: $(STAMP) $(VENDOR)
+	$(MAKE) test-unit
+	$(MAKE) test-practice
+	$(MAKE) test-notebooks
+	$(MAKE) test-book
+	$(MAKE) test-browser
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m "not browser" -p no:cacheprovider
+
+test-practice: $(STAMP)
+	@if [ -f practice/judge.py ]; then $(BIN)/python -m pytest -q practice -p no:cacheprovider; fi
+
+# nbval re-executes every notebook and compares with its stored outputs, so
+# the site (built from stored outputs) is proven current without a 2nd run.
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q --nbval notebooks --sanitize-with $(NB_SANITIZE) -p no:cacheprovider
+
+test-book: $(STAMP) $(VENDOR)
+	rm -rf _build/html
+	$(BIN)/jupyter-book build . -W -n --keep-going
+
+test-browser: $(STAMP)
+	$(BIN)/python -m pytest -q tests -m browser -p no:cacheprovider -rs
+
+notebooks: $(STAMP)
+	for nb in notebooks/*.ipynb; do \
+	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
+	done
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks
+
+bench: $(STAMP)
+	$(BIN)/python tests/bench.py
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis

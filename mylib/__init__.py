@@ -1,0 +1,5 @@
+"""mylib: the small library that Data Parallel from Scratch builds, one concept per file."""
+
+from mylib.launch import RankError, RankTimeout, current_device, init_from_env, run_ranks
+
+__all__ = ["RankError", "RankTimeout", "current_device", "init_from_env", "run_ranks"]

@@ -1,0 +1,306 @@
+"""Starting N ranks: from a notebook cell, a script, or ``torchrun``.
+
+``run_ranks(fn, world_size)`` runs ``fn(*args)`` on every rank of a fresh
+process group and returns the results in rank order. It is what every
+chapter uses to execute its claims on real ``torch.distributed`` groups.
+
+Why it is more than ``torch.multiprocessing.spawn``:
+
+* ``fn`` may be defined in a notebook cell. ``spawn`` pickles a function by
+  name, and a child cannot import ``__main__`` of a notebook; we ship ``fn``
+  by value with cloudpickle.
+* Results and prints come back to the caller, in rank order, so a notebook's
+  output is the same on every run.
+* Failures are loud and fast: a rank that raises is reported with its rank
+  and traceback while the others are torn down; a rank that hangs (say two
+  ranks calling different collectives) ends in :class:`RankTimeout`, which
+  shows where each stuck rank was; no process outlives the call.
+* Ports never collide: the parent opens the rendezvous store on port 0 and
+  keeps it open, so the OS picks a free port and nobody can take it meanwhile.
+
+On a cluster the same worker code runs under ``torchrun``; see
+:func:`init_from_env`.
+"""
+
+import contextlib
+import datetime
+import faulthandler
+import io
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+HOST = "127.0.0.1"
+
+
+class RankError(RuntimeError):
+    """A rank raised (or died). ``.rank`` says which, ``.rank_traceback`` why."""
+
+    def __init__(self, rank, message, rank_traceback=""):
+        self.rank = rank
+        self.rank_traceback = rank_traceback
+        super().__init__(f"rank {rank} failed: {message}\n\n--- traceback of rank {rank} ---\n{rank_traceback}")
+
+
+class RankTimeout(TimeoutError):
+    """Ranks did not finish in time. ``.stuck`` maps each rank to its stack."""
+
+    def __init__(self, timeout_s, stuck):
+        self.stuck = stuck
+        where = "\n".join(f"--- rank {r} was here ---\n{stack}" for r, stack in sorted(stuck.items()))
+        super().__init__(
+            f"ranks {sorted(stuck)} did not finish within {timeout_s:g} s. A common cause is ranks calling "
+            f"different collectives (or the same ones in a different order). Where each stuck rank was:\n{where}"
+        )
+
+
+def current_device():
+    """The device this rank should compute on: its GPU under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_from_env(timeout_s=300.0):
+    """Join the process group that ``torchrun`` describes in the environment.
+
+    Picks NCCL when CUDA is available, gloo otherwise, and pins the rank to
+    its local GPU. Returns ``(rank, world_size, device)``. Use it at the top of
+    a script started with ``torchrun --nproc-per-node=N script.py``.
+    """
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            raise RuntimeError(
+                f"environment variable {var} is not set: start this script with "
+                f"`torchrun --nproc-per-node=N {os.path.basename(sys.argv[0])}`"
+            )
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size(), current_device()
+
+
+def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout_s=60.0, show_output=True):
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return their results in rank order.
+
+    Each rank is a fresh process inside an initialised process group
+    (``dist.get_rank()`` works in ``fn``). ``backend`` is ``"gloo"`` (CPU) or
+    ``"nccl"`` (one GPU per rank). Whatever a rank prints is shown after the
+    run, rank by rank, prefixed ``[rank r]`` (``show_output=False`` hides it).
+
+    Raises :class:`RankError` naming the first rank that failed, with its
+    traceback, and :class:`RankTimeout` if the ranks are not all done within
+    ``timeout_s`` seconds. Either way every rank is stopped before it returns.
+    """
+    if not callable(fn):
+        raise TypeError(f"run_ranks needs a function to run on each rank, got {type(fn).__name__}")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    if backend == "nccl" and torch.cuda.device_count() < world_size:
+        raise RuntimeError(
+            f"backend='nccl' needs one GPU per rank: {world_size} ranks, "
+            f"{torch.cuda.device_count()} GPUs. Use backend='gloo' to run on the CPU."
+        )
+    ctx = _context()
+    payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    # The parent owns the rendezvous store: port 0 lets the OS choose a free
+    # port, and holding it open means no other launch can grab it meanwhile.
+    store = dist.TCPStore(HOST, 0, world_size + 1, is_master=True,
+                          timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    log_dir = tempfile.mkdtemp(prefix="mylib-ranks-")
+    results_q = ctx.Queue()
+    procs = []
+    try:
+        for rank in range(world_size):
+            with _main_module_hidden():
+                p = ctx.Process(
+                target=_rank_main,
+                    args=(rank, world_size, backend, store.port, timeout_s, payload, results_q,
+                          os.path.join(log_dir, f"rank{rank}.log"), os.getpid()),
+                    daemon=True,
+                )
+                p.start()
+            procs.append(p)
+        outputs = _collect(procs, results_q, timeout_s, log_dir)
+    finally:
+        _stop(procs)
+        results_q.close()
+        shutil.rmtree(log_dir, ignore_errors=True)
+        del store
+    if show_output:
+        for rank, (_, printed) in enumerate(outputs):
+            for line in printed.splitlines():
+                print(f"[rank {rank}] {line}")
+    return [result for result, _ in outputs]
+
+
+def _context():
+    # A fork server imports torch once; every launch then forks from it in a
+    # fraction of a second, instead of re-importing torch in each rank.
+    if "forkserver" in mp.get_all_start_methods():
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", __name__])
+        return ctx
+    return mp.get_context("spawn")
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Stop the child from re-running the caller's script.
+
+    multiprocessing re-imports ``__main__`` in every child so that functions
+    pickled by name can be found; a script without an ``if __name__ ==
+    "__main__"`` guard would then launch ranks from inside its ranks. We ship
+    ``fn`` by value, so the child needs nothing from ``__main__``.
+    """
+    main = sys.modules.get("__main__")
+    saved = {name: getattr(main, name) for name in ("__file__", "__spec__") if hasattr(main, name)}
+    try:
+        if main is not None:
+            main.__spec__ = None
+            if "__file__" in saved:
+                del main.__file__
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(main, name, value)
+
+
+def _collect(procs, results_q, timeout_s, log_dir):
+    world_size = len(procs)
+    outputs = [None] * world_size
+    deadline = time.monotonic() + timeout_s
+    died_at = {}
+    while any(o is None for o in outputs):
+        try:
+            status, rank, body, printed = results_q.get(timeout=0.05)
+        except queue.Empty:
+            now = time.monotonic()
+            for rank, p in enumerate(procs):
+                if outputs[rank] is None and p.exitcode is not None:
+                    # Give a result already in the pipe a moment to arrive.
+                    if now - died_at.setdefault(rank, now) > 1.0:
+                        raise RankError(rank, _describe_exit(p.exitcode), _log_tail(log_dir, rank))
+            if now > deadline:
+                stuck = [r for r, o in enumerate(outputs) if o is None]
+                raise RankTimeout(timeout_s, _stacks_of(procs, stuck, log_dir))
+            continue
+        if status == "error":
+            raise RankError(rank, body.strip().splitlines()[-1], body + _printed_note(printed))
+        outputs[rank] = (cloudpickle.loads(body), printed)
+    return outputs
+
+
+def _describe_exit(exitcode):
+    if exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        return f"the process was killed by {name} without returning a result"
+    return f"the process exited with code {exitcode} without returning a result (sys.exit or os._exit in fn?)"
+
+
+def _printed_note(printed):
+    return f"\n--- it printed ---\n{printed}" if printed.strip() else ""
+
+
+def _log_tail(log_dir, rank, max_chars=4000):
+    try:
+        with open(os.path.join(log_dir, f"rank{rank}.log"), errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return "(no log)"
+    return text[-max_chars:] or "(the rank wrote nothing to stdout/stderr)"
+
+
+def _stacks_of(procs, ranks, log_dir):
+    for r in ranks:
+        if procs[r].is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(procs[r].pid, signal.SIGUSR1)  # faulthandler dumps its stack to the log
+    time.sleep(0.5)
+    stacks = {}
+    for r in ranks:
+        tail = _log_tail(log_dir, r, max_chars=20000)
+        start = tail.rfind("Thread 0x") if "Current thread" not in tail else tail.rfind("Current thread")
+        stack = tail[start:] if start >= 0 else tail
+        # The frames below fn are the launcher's and multiprocessing's own.
+        cut = stack.find(f"{os.path.basename(__file__)}\"")
+        cut = stack.rfind("\n", 0, cut) if cut >= 0 else -1
+        stacks[r] = stack[:cut] if cut >= 0 else stack
+    return stacks
+
+
+def _stop(procs):
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 3.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, log_path, parent_pid):
+    """Body of one rank's process: join the group, run fn, report back."""
+    log = open(log_path, "w", buffering=1)
+    # C-level output (gloo, NCCL) goes to the log, shown only on failure.
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    faulthandler.register(signal.SIGUSR1, file=log, all_threads=False)
+    _exit_with_parent(parent_pid)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      MASTER_ADDR=HOST, MASTER_PORT=str(port))
+    # N ranks share the cores: one thread pool per rank would oversubscribe them.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            fn, args, kwargs = cloudpickle.loads(payload)
+            if backend == "nccl":
+                torch.cuda.set_device(rank)
+            timeout = datetime.timedelta(seconds=timeout_s)
+            store = dist.TCPStore(HOST, port, world_size + 1, is_master=False, timeout=timeout)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+            result = fn(*args, **kwargs)
+        results_q.put(("ok", rank, cloudpickle.dumps(result), printed.getvalue()))
+    except BaseException:  # SystemExit and KeyboardInterrupt are failures of fn too
+        results_q.put(("error", rank, traceback.format_exc(), printed.getvalue()))
+    finally:
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    results_q.close()
+    results_q.join_thread()
+
+
+def _exit_with_parent(parent_pid):
+    """Never outlive the caller, even if it is killed with SIGKILL."""
+    def watch():
+        while True:
+            if not _parent_alive(parent_pid):
+                os._exit(1)
+            time.sleep(0.5)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _parent_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
