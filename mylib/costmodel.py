@@ -1,0 +1,178 @@
+"""The alpha-beta cost model of communication, and fitting it to measurements.
+
+Sending one message of ``b`` bytes costs a fixed start-up time plus a time
+per byte (Hockney, 1994):
+
+    t(b) = alpha + b / beta
+
+``alpha`` (seconds) is the latency: software overhead, synchronisation, the
+wire's delay; ``beta`` (bytes per second) is the bandwidth. A ring
+all-reduce over ``n`` ranks is ``2(n-1)`` steps, each sending a chunk of
+``b/n`` bytes on every link at once, so
+
+    T(b, n) = 2(n-1) * (alpha + (b/n) / beta)
+            = 2(n-1) alpha  +  2 (n-1)/n * b / beta
+
+The first term grows with ``n`` and not with ``b``: small messages are
+*latency-bound*. The second hardly grows with ``n`` (it tends to ``2 b /
+beta``): large messages are *bandwidth-bound*. The two terms are equal at
+``b = n * alpha * beta`` (:func:`crossover_bytes`).
+
+Standard library only, on purpose: these functions also run in the reader's
+browser (Pyodide) behind the chapter's slider figure. Measuring alpha and
+beta needs torch and lives in :mod:`mylib.commbench`.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+
+def message_time(nbytes, alpha, beta):
+    """Seconds to send one message of ``nbytes`` bytes: ``alpha + nbytes / beta``."""
+    _check_link(alpha, beta)
+    return alpha + nbytes / beta
+
+
+def ring_all_reduce_time(nbytes, world_size, alpha, beta):
+    """Seconds for a ring all-reduce of ``nbytes`` over ``world_size`` ranks: ``2(n-1)(alpha + b/(n beta))``."""
+    lat, bw = ring_all_reduce_terms(nbytes, world_size, alpha, beta)
+    return lat + bw
+
+
+def ring_all_reduce_terms(nbytes, world_size, alpha, beta):
+    """The two parts of :func:`ring_all_reduce_time`: ``(latency term, bandwidth term)`` in seconds."""
+    _check_link(alpha, beta)
+    n = _check_world(world_size)
+    steps = 2 * (n - 1)
+    return steps * alpha, steps * (nbytes / n) / beta
+
+
+def ring_reduce_scatter_time(nbytes, world_size, alpha, beta):
+    """Seconds for a ring reduce-scatter of an ``nbytes`` input: ``(n-1)(alpha + b/(n beta))``; half an all-reduce."""
+    _check_link(alpha, beta)
+    n = _check_world(world_size)
+    return (n - 1) * (alpha + (nbytes / n) / beta)
+
+
+def ring_all_gather_time(nbytes, world_size, alpha, beta):
+    """Seconds for a ring all-gather whose *output* is ``nbytes``: ``(n-1)(alpha + b/(n beta))``; the other half."""
+    return ring_reduce_scatter_time(nbytes, world_size, alpha, beta)
+
+
+def crossover_bytes(world_size, alpha, beta):
+    """Message size at which a ring all-reduce's latency and bandwidth terms are equal: ``n alpha beta``.
+
+    Smaller messages are latency-bound (sending them together in one bucket
+    saves time), larger ones bandwidth-bound (only fewer bytes help).
+    """
+    _check_link(alpha, beta)
+    return _check_world(world_size) * alpha * beta
+
+
+def bus_bandwidth(nbytes, world_size, seconds):
+    """The "bus bandwidth" of an all-reduce that took ``seconds``: ``2(n-1)/n * b / t`` (nccl-tests' busbw).
+
+    It is the rate each link really carried, so it can be compared with the
+    link's bandwidth ``beta`` whatever the number of ranks.
+    """
+    n = _check_world(world_size)
+    return 2 * (n - 1) / n * nbytes / seconds
+
+
+@dataclass
+class AlphaBetaFit:
+    """A fitted alpha-beta model and how well it fits the measurements it came from.
+
+    ``world_size`` is None when the fit is of single messages (ping-pong),
+    else the all-reduce model for that many ranks was fitted.
+    """
+
+    alpha: float
+    beta: float
+    world_size: object
+    nbytes: list
+    seconds: list
+    relative_errors: list = field(default_factory=list)
+
+    def predict(self, nbytes):
+        """The fitted model's time for a message (or all-reduce) of ``nbytes``."""
+        if self.world_size is None:
+            return message_time(nbytes, self.alpha, self.beta)
+        return ring_all_reduce_time(nbytes, self.world_size, self.alpha, self.beta)
+
+    @property
+    def median_relative_error(self):
+        """Median over the measured sizes of ``|predicted - measured| / measured``."""
+        errs = sorted(self.relative_errors)
+        mid = len(errs) // 2
+        return errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+
+    @property
+    def max_relative_error(self):
+        """Largest ``|predicted - measured| / measured`` over the measured sizes."""
+        return max(self.relative_errors)
+
+
+def fit_alpha_beta(nbytes, seconds, world_size=None):
+    """Fit ``alpha`` and ``beta`` to measured times by least squares on *relative* error.
+
+    ``seconds[i]`` is the measured time of a message of ``nbytes[i]`` bytes
+    (``world_size=None``), or of a ring all-reduce over ``world_size`` ranks.
+    Both models are linear in ``(alpha, 1/beta)``. Sizes span many orders of
+    magnitude, so plain least squares would fit the largest messages and
+    ignore the small ones that determine alpha; minimising
+    ``sum(((model - measured) / measured)^2)`` weighs every size alike.
+    Neither constant can be negative: if the unconstrained fit gives a
+    negative one, it is fixed at (nearly) zero and the other refitted.
+    """
+    if len(nbytes) != len(seconds):
+        raise ValueError(f"got {len(nbytes)} sizes and {len(seconds)} times; give one time per size")
+    if len(nbytes) < 2 or len(set(nbytes)) < 2:
+        raise ValueError("need times for at least two different sizes to fit both alpha and beta")
+    if any(t <= 0 for t in seconds):
+        raise ValueError("every measured time must be positive")
+    if world_size is None:
+        lat_coef, bw_coef = 1.0, 1.0
+    else:
+        n = _check_world(world_size)
+        if n == 1:
+            raise ValueError("an all-reduce over one rank sends nothing: fit world_size >= 2, or None for messages")
+        lat_coef, bw_coef = 2.0 * (n - 1), 2.0 * (n - 1) / n
+    # Rows of the weighted problem: [lat_coef, bw_coef * b] / t . (alpha, inv_beta) ~ 1.
+    rows = [(lat_coef / t, bw_coef * b / t) for b, t in zip(nbytes, seconds)]
+    alpha, inv_beta = _least_squares_2(rows)
+    if alpha < 0 or inv_beta <= 0:
+        # Fit one parameter with the other pinned (alpha at 0, or beta at infinity).
+        fit_alpha = sum(r[0] for r in rows) / sum(r[0] ** 2 for r in rows)
+        fit_inv_beta = sum(r[1] for r in rows) / sum(r[1] ** 2 for r in rows) if any(r[1] for r in rows) else 0.0
+        alpha, inv_beta = (0.0, fit_inv_beta) if alpha < 0 and fit_inv_beta > 0 else (fit_alpha, 0.0)
+    beta = 1.0 / inv_beta if inv_beta > 0 else math.inf
+    fit = AlphaBetaFit(alpha, beta, world_size, list(nbytes), list(seconds))
+    fit.relative_errors = [abs(fit.predict(b) - t) / t for b, t in zip(nbytes, seconds)]
+    return fit
+
+
+def _least_squares_2(rows):
+    """Solve ``min sum((x0*a + x1*c - 1)^2)`` over rows ``(a, c)`` by the 2x2 normal equations."""
+    saa = sum(a * a for a, _ in rows)
+    sac = sum(a * c for a, c in rows)
+    scc = sum(c * c for _, c in rows)
+    sa = sum(a for a, _ in rows)
+    sc = sum(c for _, c in rows)
+    det = saa * scc - sac * sac
+    if det <= 1e-12 * saa * scc:
+        raise ValueError("the sizes do not separate alpha from beta: measure sizes spanning several orders of magnitude")
+    return (sa * scc - sc * sac) / det, (saa * sc - sac * sa) / det
+
+
+def _check_link(alpha, beta):
+    if alpha < 0:
+        raise ValueError(f"alpha is a latency in seconds and cannot be negative, got {alpha}")
+    if not beta > 0:
+        raise ValueError(f"beta is a bandwidth in bytes per second and must be positive, got {beta}")
+
+
+def _check_world(world_size):
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
+    return world_size
