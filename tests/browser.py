@@ -1,0 +1,138 @@
+"""Shared helpers for the browser tests: serve the built site, drive headless Chromium.
+
+The browser tests (pytest marker ``browser``) open the static site the way a
+reader does, in a real browser, with no network: anything a page requests from
+outside 127.0.0.1 is blocked and reported. Usage::
+
+    import browser
+    with browser.serve_site(SITE) as base_url, browser.launch_chromium() as chromium:
+        with browser.open_page(chromium, f"{base_url}/book/intro.html") as (page, problems):
+            page.click(...)
+        assert not problems, "\\n".join(problems)
+
+``problems`` collects, for the whole time the page is open: JavaScript errors
+(uncaught exceptions and ``console.error``), failed requests, HTTP errors and
+requests that leave the machine.
+
+Chromium comes from the system (``apt-get install -y chromium``), never from
+``playwright install``; without it every browser test is skipped with that
+instruction.
+"""
+
+import contextlib
+import functools
+import http.server
+import os
+import shutil
+import threading
+import urllib.parse
+
+import pytest
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+INSTALL_HINT = "install Chromium: apt-get install -y chromium"
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+
+def chromium_path():
+    """The system Chromium's path, or None."""
+    env = os.environ.get("CHROMIUM")
+    for path in ((env,) if env else ()) + CHROMIUM_CANDIDATES:
+        if path and os.path.exists(path):
+            return path
+    return shutil.which("chromium")
+
+
+def require_chromium():
+    """Skip the calling test, naming the fix, when Chromium or playwright is missing."""
+    path = chromium_path()
+    if path is None:
+        pytest.skip(INSTALL_HINT)
+    pytest.importorskip("playwright.sync_api", reason="pip install playwright (no `playwright install` needed)")
+    return path
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".mjs": "text/javascript",
+        ".js": "text/javascript",
+        ".wasm": "application/wasm",
+        ".json": "application/json",
+    }
+
+    def log_message(self, format, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve_site(root):
+    """Serve directory ``root`` on 127.0.0.1 (a free port); yield its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@contextlib.contextmanager
+def launch_chromium(headless=True):
+    """Start the system Chromium through playwright; yield the playwright Browser."""
+    path = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(
+            executable_path=path, headless=headless,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def is_local(url):
+    """Whether a request stays on this machine (the served site, data: and blob: URLs)."""
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme in ("data", "blob", "about") or parts.hostname in LOCAL_HOSTS
+
+
+@contextlib.contextmanager
+def open_page(chromium, url, viewport=(1280, 900), wait_until="load", settle_ms=300):
+    """Open ``url`` in a fresh browser context; yield ``(page, problems)``.
+
+    Requests that leave 127.0.0.1 are blocked and reported, so a page that
+    would need the network fails here instead of waiting for a timeout.
+    """
+    problems = []
+    context = chromium.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+
+    def route(r):
+        if is_local(r.request.url):
+            r.continue_()
+        else:
+            problems.append(f"request leaves the machine: {r.request.url}")
+            r.abort()
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("pageerror", lambda exc: problems.append(f"JavaScript error: {exc}"))
+    page.on("console", lambda msg: problems.append(f"console.{msg.type}: {msg.text}")
+            if msg.type == "error" else None)
+    page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url} ({req.failure})")
+            if is_local(req.url) else None)
+    page.on("response", lambda resp: problems.append(f"HTTP {resp.status}: {resp.url}")
+            if resp.status >= 400 else None)
+    try:
+        page.goto(url, wait_until=wait_until)
+        page.wait_for_timeout(settle_ms)
+        yield page, problems
+    finally:
+        context.close()

@@ -1,0 +1,192 @@
+"""The built site, opened page by page in a real browser (headless Chromium).
+
+A reader opens the static site with no kernel and, often, no network. Every
+page must load with no JavaScript error, no failed request and no request that
+leaves the machine (math, fonts, figures and interactive figures are all served
+by the site itself), and no link inside the site may be broken. Each chapter is
+screenshot into ``_build/screenshots/`` for a human to look at.
+
+Needs the site built first (``make book``; ``make test`` builds it before running
+these) and Chromium (``apt-get install -y chromium``).
+"""
+
+import html.parser
+import os
+import pathlib
+import posixpath
+import urllib.parse
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# BOOK_SITE points the tests at a site built elsewhere (jupyter-book --path-output).
+SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
+SHOTS = SITE.parent / "screenshots"
+
+browser = pytest.importorskip("browser", reason="tests/browser.py (shared browser helpers) is missing")
+
+
+def site_pages():
+    """Every HTML page of the built site, as paths relative to its root."""
+    if not (SITE / "index.html").exists():
+        return []
+    skip = ("_static/", "_sources/", "_images/")
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
+                  if not p.relative_to(SITE).as_posix().startswith(skip))
+
+
+def chapter_pages():
+    return [p for p in site_pages() if p.startswith("notebooks/")]
+
+
+@pytest.fixture(scope="module")
+def site():
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    with browser.serve_site(SITE) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with browser.launch_chromium() as b:
+        yield b
+
+
+# --- links: parsed from the HTML files themselves, so every href is checked ---
+
+class _Anchors(html.parser.HTMLParser):
+    """Collects each page's link targets and the ids it defines."""
+
+    def __init__(self):
+        super().__init__()
+        self.links, self.ids = [], set()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for key in ("id", "name") if tag == "a" else ("id",):
+            if attrs.get(key):
+                self.ids.add(attrs[key])
+        if tag == "a" and attrs.get("href"):
+            self.links.append(attrs["href"])
+        if tag in ("link", "script", "img") and (attrs.get("href") or attrs.get("src")):
+            target = attrs.get("href") or attrs.get("src")
+            if tag != "link" or attrs.get("rel") in ("stylesheet", "preload", "icon", "prev", "next"):
+                self.links.append(target)
+
+
+def _parse(page):
+    parser = _Anchors()
+    parser.feed((SITE / page).read_text(encoding="utf-8"))
+    return parser
+
+
+def test_site_has_the_book():
+    pages = site_pages()
+    if not pages:
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    for expected in ("book/intro.html", "book/setup.html", "book/glossary.html",
+                     "book/references.html", "book/benchmarks.html", "search.html"):
+        assert expected in pages, f"{expected} missing from the built site; is it in _toc.yml?"
+
+
+def test_no_broken_internal_link():
+    pages = site_pages()
+    if not pages:
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    parsed = {page: _parse(page) for page in pages}
+    broken = []
+    for page, anchors in parsed.items():
+        for href in anchors.links:
+            url = urllib.parse.urlsplit(href)
+            if url.scheme in ("http", "https", "mailto", "data", "javascript") or url.netloc:
+                continue
+            path = urllib.parse.unquote(url.path)
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(page), path)) if path else page
+            if target.startswith(".."):
+                broken.append(f"{page}: {href} points outside the site")
+                continue
+            file = SITE / target
+            if file.is_dir():
+                file = file / "index.html"
+                target = posixpath.join(target, "index.html")
+            if not file.exists():
+                broken.append(f"{page}: {href} -> {target} does not exist")
+            elif url.fragment and target.endswith(".html") and target in parsed:
+                if url.fragment not in parsed[target].ids:
+                    broken.append(f"{page}: {href} -> no id '{url.fragment}' in {target}")
+    assert not broken, "broken links in the built site:\n" + "\n".join(broken)
+
+
+# --- every page in the browser ---
+
+@pytest.mark.parametrize("page", site_pages() or ["(site not built)"])
+def test_page_loads_offline(site, chromium, page):
+    if page == "(site not built)":
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
+        assert tab.title(), f"{page} has no title"
+        if tab.locator("mjx-container").count() == 0 and tab.locator("span.math, div.math").count() > 0:
+            tab.wait_for_selector("mjx-container", timeout=15000)   # MathJax typesets after load
+        if page.startswith("notebooks/"):
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            tab.screenshot(path=str(SHOTS / (page.replace("/", "_")[:-5] + ".png")), full_page=True)
+    assert not problems, f"{page}:\n" + "\n".join(problems)
+
+
+def test_math_renders_offline(site, chromium):
+    with browser.open_page(chromium, f"{site}/book/glossary.html") as (tab, problems):
+        tab.wait_for_selector("mjx-container", timeout=15000)
+        assert tab.locator("mjx-container").count() >= 5
+    assert not problems, "\n".join(problems)
+
+
+def test_arrow_keys_go_to_the_next_and_previous_page(site, chromium):
+    with browser.open_page(chromium, f"{site}/book/intro.html") as (tab, problems):
+        next_href = tab.locator("a.right-next").get_attribute("href")
+        assert next_href, "the introduction has no 'next' link"
+        tab.keyboard.press("ArrowRight")
+        tab.wait_for_url("**/" + posixpath.basename(next_href.split("#")[0]), timeout=10000)
+        tab.keyboard.press("ArrowLeft")
+        tab.wait_for_url("**/book/intro.html", timeout=10000)
+    assert not problems, "\n".join(problems)
+
+
+def test_search_finds_a_glossary_term(site, chromium):
+    with browser.open_page(chromium, f"{site}/search.html?q=all-reduce") as (tab, problems):
+        tab.wait_for_selector("#search-results ul.search li", timeout=20000)
+        hits = tab.locator("#search-results ul.search li a").evaluate_all("els => els.map(e => e.href)")
+        assert any("glossary" in h for h in hits), hits
+    assert not problems, "\n".join(problems)
+
+
+def test_page_buttons(site, chromium):
+    """Every page offers 'edit this page' and source download; chapters offer their .ipynb."""
+    pages = ["book/intro.html"] + chapter_pages()[:1]
+    for page in pages:
+        with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
+            edit = tab.locator("a.btn-source-edit-button")
+            assert edit.count() == 1, f"{page}: no 'edit this page' button"
+            assert "/edit/" in edit.get_attribute("href")
+            downloads = tab.locator(".dropdown-download-buttons a").evaluate_all("els => els.map(e => e.href)")
+            source = "ipynb" if page.startswith("notebooks/") else "md"
+            assert any(h.endswith("." + source) for h in downloads), f"{page}: no .{source} download in {downloads}"
+            for href in downloads:
+                if href.startswith(site):
+                    assert tab.request.get(href).ok, f"{page}: download {href} fails"
+        assert not problems, f"{page}:\n" + "\n".join(problems)
+
+
+def test_exercises_link_to_their_solutions(site, chromium):
+    """sphinx-exercise: numbered exercises, and each solution links back to its exercise."""
+    pages = [p for p in chapter_pages() if 'class="solution' in (SITE / p).read_text(encoding="utf-8")]
+    if not pages:
+        pytest.skip("no chapter with an {exercise}/{solution} pair built yet")
+    for page in pages:
+        parsed = _parse(page)
+        text = (SITE / page).read_text(encoding="utf-8")
+        assert "Exercise 1" in text or "Exercise " in text, f"{page}: exercises are not numbered"
+        solution_links = [h for h in parsed.links if h.startswith("#") and h[1:] in parsed.ids]
+        assert solution_links, f"{page}: no solution links to its exercise"
