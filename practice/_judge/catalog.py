@@ -1,0 +1,141 @@
+"""The exercises: what ``practice/exercises/*/exercise.toml`` says, read once.
+
+One source of truth: the judge's table, the grading and the book's practice
+page (``book/_ext/practice_page.py``) all read the exercises through
+:func:`load_exercises`.
+
+An exercise is a folder ``practice/exercises/NN_slug/`` holding
+``exercise.toml`` (title, chapter, difficulty, ...), ``README.md`` (the
+statement), ``starter.py`` (the pristine file the reader starts from),
+``checks.py``, ``hints.md`` and ``solution.py``. The reader edits their own
+copy of the starter, ``practice/workspace/NN_slug.py``.
+"""
+
+import dataclasses
+import os
+import re
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    tomllib = None
+
+PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXERCISES_DIR = os.path.join(PRACTICE_DIR, "exercises")
+WORKSPACE_DIR = os.path.join(PRACTICE_DIR, "workspace")
+DIFFICULTIES = ("easy", "medium", "hard")
+FILES = ("exercise.toml", "README.md", "starter.py", "checks.py", "hints.md", "solution.py")
+
+
+class CatalogError(Exception):
+    """An exercise folder is malformed (a maintainer's error), or an id names no exercise."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Exercise:
+    """One exercise, as its folder and ``exercise.toml`` describe it."""
+
+    id: str             # the folder name, e.g. "06_assign_buckets": stable, used on the command line
+    number: str         # "06"
+    slug: str           # "assign_buckets"; the book's label is practice-<slug>
+    title: str
+    chapter: int
+    chapter_title: str
+    difficulty: str
+    summary: str
+    ranks: bool         # needs torch.distributed ranks (runs only locally)
+    browser: bool       # gradable in the book's page (standard library only)
+    time_limit_s: float
+    check_timeout_s: float
+    dir: str
+
+    def path(self, name):
+        """The path of one of the exercise's own files (``README.md``, ``starter.py``, ...)."""
+        return os.path.join(self.dir, name)
+
+    @property
+    def workspace(self):
+        """The reader's copy of the starter: the file they edit and the judge grades."""
+        return os.path.join(WORKSPACE_DIR, self.id + ".py")
+
+    @property
+    def label(self):
+        """The cross-reference label of this exercise on the book's practice page."""
+        return "practice-" + self.slug.replace("_", "-")
+
+    def hints(self):
+        """The hints, in order: the sections of ``hints.md`` that start with ``## Hint``."""
+        with open(self.path("hints.md"), encoding="utf-8") as f:
+            text = f.read()
+        parts = re.split(r"^## .*$", text, flags=re.M)[1:]
+        return [p.strip() for p in parts if p.strip()]
+
+
+def load_exercises(exercises_dir=EXERCISES_DIR):
+    """Every exercise, in number order. Raises :class:`CatalogError` naming a malformed folder."""
+    if tomllib is None:
+        raise CatalogError("the judge needs Python 3.11 or newer (it reads TOML with tomllib)")
+    chapters = _read_toml(os.path.join(exercises_dir, "chapters.toml"))
+    out = []
+    for name in sorted(os.listdir(exercises_dir)):
+        folder = os.path.join(exercises_dir, name)
+        if not os.path.isdir(folder) or name.startswith((".", "_")):
+            continue
+        out.append(_load_one(folder, chapters))
+    return out
+
+
+def _read_toml(path):
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise CatalogError(f"cannot read {path}: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CatalogError(f"{path} is not valid TOML: {e}") from None
+
+
+def _load_one(folder, chapters):
+    name = os.path.basename(folder)
+    m = re.fullmatch(r"(\d\d)_([a-z0-9_]+)", name)
+    if not m:
+        raise CatalogError(f"exercise folder {name!r} must be named NN_slug (two digits, lower-case slug)")
+    missing = [f for f in FILES if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+        raise CatalogError(f"exercise {name} lacks {', '.join(missing)}")
+    meta = _read_toml(os.path.join(folder, "exercise.toml"))
+    for key in ("title", "chapter", "difficulty", "summary"):
+        if key not in meta:
+            raise CatalogError(f"{name}/exercise.toml lacks the key {key!r}")
+    if meta["difficulty"] not in DIFFICULTIES:
+        raise CatalogError(f"{name}/exercise.toml: difficulty must be one of {DIFFICULTIES}, got {meta['difficulty']!r}")
+    chapter = int(meta["chapter"])
+    ranks = bool(meta.get("ranks", False))
+    return Exercise(
+        id=name, number=m.group(1), slug=m.group(2), title=meta["title"], chapter=chapter,
+        chapter_title=chapters.get("titles", {}).get(str(chapter), f"Chapter {chapter}"),
+        difficulty=meta["difficulty"], summary=meta["summary"], ranks=ranks,
+        browser=bool(meta.get("browser", False)),
+        time_limit_s=float(meta.get("time_limit_s", 240 if ranks else 60)),
+        check_timeout_s=float(meta.get("check_timeout_s", 90 if ranks else 10)),
+        dir=folder,
+    )
+
+
+def find(exercises, query):
+    """The exercise that ``query`` names: its id, number (``6`` or ``06``) or slug, or a unique prefix."""
+    q = str(query).strip().lower().rstrip("/")
+    q = os.path.basename(q)
+    if q.endswith(".py"):
+        q = q[:-3]
+    for ex in exercises:
+        if q in (ex.id, ex.slug) or (q.isdigit() and int(q) == int(ex.number)):
+            return ex
+    matches = [ex for ex in exercises if ex.id.startswith(q) or ex.slug.startswith(q)]
+    if len(matches) == 1:
+        return matches[0]
+    ids = ", ".join(ex.number for ex in exercises)
+    if matches:
+        raise CatalogError(f"'{query}' could mean {', '.join(ex.id for ex in matches)}: give the number")
+    raise CatalogError(f"there is no exercise '{query}'. The exercises are numbered {ids}; "
+                       f"run `python practice/judge.py` to see them all")

@@ -1,0 +1,367 @@
+"""How a check says what went wrong: the vocabulary of every ``checks.py``.
+
+A check is a function decorated with :func:`check` that takes the reader's
+solution (their module) and raises :class:`Mismatch` when an answer is wrong.
+:func:`run_checks` runs them one by one and turns every outcome (a pass, a
+wrong answer, an exception in the reader's code, a missing function, a hang
+of ranks) into a plain dict; :func:`describe` turns such a dict into the
+lines the reader sees.
+
+Standard library only, on purpose: the same file runs in the judge's child
+process and, through Pyodide, in the browser, so a wrong answer gets the
+same message in the terminal and on the book's practice page.
+"""
+
+import math
+import os
+import re
+import sys
+import traceback
+
+# How many characters of a value a message shows before it elides the rest.
+MAX_VALUE_CHARS = 400
+
+
+# ----------------------------------------------------------------------------
+# What checks.py uses
+# ----------------------------------------------------------------------------
+
+def check(name):
+    """Mark a function of ``checks.py`` as one check, shown to the reader as ``name``."""
+    def mark(fn):
+        fn.check_name = name
+        return fn
+    return mark
+
+
+class Mismatch(AssertionError):
+    """The reader's answer is wrong: says what was asked, expected and returned."""
+
+    def __init__(self, message, *, input=None, expected=None, got=None):
+        super().__init__(message)
+        self.message = message
+        self.input = input
+        self.expected = expected
+        self.got = got
+
+
+class MissingName(AttributeError):
+    """The reader's file lacks a function or class that the checks call."""
+
+    def __init__(self, name, path):
+        super().__init__(name)
+        self.name = name
+        self.path = path
+
+
+def fail(message, *, input=None, expected=None, got=None):
+    """Stop the check with a wrong-answer verdict."""
+    raise Mismatch(message, input=input, expected=expected, got=got)
+
+
+def show(value):
+    """A short, exact text for a value in a message (repr, elided when long)."""
+    text = value if isinstance(value, str) and value.startswith("\x00") else repr(value)
+    text = text.lstrip("\x00")
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[: MAX_VALUE_CHARS - 40] + f" ... ({len(text)} characters in all)"
+    return text
+
+
+def verbatim(text):
+    """Wrap text so that :func:`show` prints it as is, not as a quoted string."""
+    return "\x00" + text
+
+
+def expect_type(got, types, *, input, what="the result"):
+    """Fail unless ``got`` is an instance of ``types`` (bool never counts as a number)."""
+    types = types if isinstance(types, tuple) else (types,)
+    numeric = any(t in (int, float) for t in types)
+    if isinstance(got, types) and not (numeric and isinstance(got, bool) and bool not in types):
+        return
+    names = " or ".join(t.__name__ for t in types)
+    fail(f"{what} should be a {names}, but it is a {type(got).__name__}", input=input,
+         expected=verbatim(f"a {names}"), got=got)
+
+
+def expect_equal(got, expected, *, input, what="the result"):
+    """Fail unless ``got == expected`` (exactly)."""
+    if got != expected or type(got) is not type(expected) and not _same_kind(got, expected):
+        fail(f"{what} is wrong", input=input, expected=expected, got=got)
+
+
+def _same_kind(a, b):
+    numbers = (int, float)
+    return (isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool)) or (
+        isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)))
+
+
+def expect_close(got, expected, *, input, what="the result", rel=1e-9, abs_tol=1e-12):
+    """Fail unless numbers (or nested lists/tuples/dicts of numbers) agree within tolerance."""
+    problem = _closeness_problem(got, expected, rel, abs_tol, path="")
+    if problem:
+        fail(f"{what} is wrong{problem}", input=input, expected=expected, got=got)
+
+
+def _closeness_problem(got, expected, rel, abs_tol, path):
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return f": expected a dict, got a {type(got).__name__}"
+        missing = [k for k in expected if k not in got]
+        if missing:
+            return f": the key {missing[0]!r} is missing"
+        for key, value in expected.items():
+            problem = _closeness_problem(got[key], value, rel, abs_tol, f"{path}[{key!r}]")
+            if problem:
+                return problem
+        return ""
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)):
+            return f"{_at(path)}: expected a sequence, got a {type(got).__name__}"
+        if len(got) != len(expected):
+            return f"{_at(path)}: expected {len(expected)} items, got {len(got)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            problem = _closeness_problem(g, e, rel, abs_tol, f"{path}[{i}]")
+            if problem:
+                return problem
+        return ""
+    if isinstance(expected, bool) or not isinstance(expected, (int, float)):
+        return "" if got == expected else f"{_at(path)}: expected {show(expected)}, got {show(got)}"
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        return f"{_at(path)}: expected a number, got a {type(got).__name__}"
+    if math.isnan(got) and not math.isnan(expected):
+        return f"{_at(path)}: got NaN"
+    if not math.isclose(got, expected, rel_tol=rel, abs_tol=abs_tol):
+        return f"{_at(path)}: {show(got)} is not within {rel:g} (relative) of {show(expected)}"
+    return ""
+
+
+def _at(path):
+    return f" at {path}" if path else ""
+
+
+def expect_raises(call, exceptions, *, input, what="your function"):
+    """Fail unless ``call()`` raises one of ``exceptions`` (bad input must be refused)."""
+    exceptions = exceptions if isinstance(exceptions, tuple) else (exceptions,)
+    names = " or ".join(e.__name__ for e in exceptions)
+    try:
+        returned = call()
+    except exceptions:
+        return
+    fail(f"{what} should refuse this input with a {names} that names the fix, but it returned",
+         input=input, expected=verbatim(f"raise {names}"), got=returned)
+
+
+# ----------------------------------------------------------------------------
+# Running the checks
+# ----------------------------------------------------------------------------
+
+class Solution:
+    """The reader's module, seen by the checks: a missing name is a clear verdict."""
+
+    def __init__(self, module, path):
+        self._module = module
+        self._path = path
+
+    def __getattr__(self, name):
+        try:
+            return getattr(self._module, name)
+        except AttributeError:
+            raise MissingName(name, self._path) from None
+
+
+def collect_checks(checks_module):
+    """The check functions of a checks module, in the order they are written."""
+    return [obj for obj in vars(checks_module).values() if callable(obj) and hasattr(obj, "check_name")]
+
+
+def run_checks(checks, solution, path, on_start=None, on_result=None, guard=None):
+    """Run each check on ``solution``; return one result dict per check.
+
+    ``path`` is the reader's file: frames in it are "your code", any other
+    frame is the checks' or a library's. ``guard(name)`` (optional) is a
+    context manager around each check, e.g. a per-check time limit. A check
+    that finds the reader's function not written yet, or ranks that hang,
+    stops the run: the checks after it are reported as skipped, since they
+    would say the same thing slower.
+    """
+    results = []
+    stop_reason = None
+    for index, fn in enumerate(checks):
+        name = fn.check_name
+        if stop_reason:
+            result = {"name": name, "status": "skipped", "message": stop_reason}
+        else:
+            if on_start:
+                on_start(index, name)
+            result = run_one(fn, solution, path, guard)
+            if result["status"] in ("todo", "hang", "timeout", "exit"):
+                stop_reason = f"not run: check {index + 1} ({checks[index].check_name}) must pass first"
+        results.append(result)
+        if on_result:
+            on_result(index, result)
+    return results
+
+
+def run_one(fn, solution, path, guard=None):
+    """Run one check; classify its outcome (see :func:`run_checks`)."""
+    name = fn.check_name
+    try:
+        if guard is None:
+            fn(solution)
+        else:
+            with guard(name):
+                fn(solution)
+    except Mismatch as e:
+        shown_input = e.input if isinstance(e.input, str) or e.input is None else show(e.input)
+        return {"name": name, "status": "failed", "message": e.message, "input": shown_input,
+                "expected": _opt(e.expected), "got": _opt(e.got)}
+    except MissingName as e:
+        return {"name": name, "status": "failed",
+                "message": f"your file defines no `{e.name}`: keep the names the starter file gives"}
+    except SystemExit as e:
+        where = _reader_frames(e.__traceback__, path)
+        return {"name": name, "status": "exit", "where": where,
+                "message": f"your code called sys.exit({'' if e.code is None else show(e.code)}): "
+                           f"a solution returns its answer instead of ending the process"}
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # the reader's code may raise anything
+        return classify_exception(name, e, path)
+    return {"name": name, "status": "passed"}
+
+
+def _opt(value):
+    return None if value is None else show(value)
+
+
+def classify_exception(name, exc, path):
+    """Turn an exception escaping a check into a result dict that names the problem."""
+    if hasattr(exc, "stuck"):  # mylib.RankTimeout: ranks stuck in collectives
+        return _hang_result(name, exc, path)
+    if hasattr(exc, "rank") and hasattr(exc, "rank_traceback"):  # mylib.RankError
+        return _rank_error_result(name, exc, path)
+    if getattr(exc, "check_timeout", False):
+        return {"name": name, "status": "timeout", "message": str(exc),
+                "where": _reader_frames(exc.__traceback__, path)}
+    where = _reader_frames(exc.__traceback__, path)
+    kind = type(exc).__name__
+    text = f"{kind}: {exc}" if str(exc) else kind
+    if isinstance(exc, NotImplementedError) and where:
+        return {"name": name, "status": "todo", "where": where,
+                "message": f"not written yet: your code raises {text}. Replace the `raise` with your solution"}
+    if isinstance(exc, MemoryError):
+        return {"name": name, "status": "error", "where": where,
+                "message": "your code ran out of memory (MemoryError): is a list or tensor growing without end?"}
+    if isinstance(exc, RecursionError):
+        return {"name": name, "status": "error", "where": where[-600:],
+                "message": "your code recursed too deeply (RecursionError): does the recursion reach its base case?"}
+    if where:
+        return {"name": name, "status": "error", "where": where, "message": f"your code raised {text}"}
+    return {"name": name, "status": "error",
+            "message": f"the check could not use what your code returned ({text}): "
+                       f"compare the type and shape of your result with the statement"}
+
+
+def _hang_result(name, exc, path):
+    lines = []
+    for rank, stack in sorted(exc.stuck.items()):
+        frames = _reader_frames_from_text(stack, path)
+        calls = re.findall(r'File "[^"]+", line \d+ in (\w+)', stack)
+        inside = f" (waiting inside {calls[0]})" if calls else ""
+        lines.append(f"rank {rank}{inside}:\n" + (frames or "    (not in your code)"))
+    return {"name": name, "status": "hang", "where": "\n".join(lines),
+            "message": f"the ranks hung: {sorted(exc.stuck)} did not finish. Every rank must call the same "
+                       f"collectives, in the same order, with tensors of the same size; "
+                       f"where each rank was stuck:"}
+
+
+def _rank_error_result(name, exc, path):
+    tb = exc.rank_traceback or ""
+    last = next((line for line in reversed(tb.strip().splitlines()) if line and not line.startswith(" ")), "")
+    where = _reader_frames_from_text(tb, path)
+    if last.startswith("NotImplementedError") and where:
+        return {"name": name, "status": "todo", "where": where,
+                "message": f"not written yet: on rank {exc.rank} your code raises {last}. "
+                           f"Replace the `raise` with your solution"}
+    if last.startswith("SystemExit"):
+        return {"name": name, "status": "exit", "where": where,
+                "message": f"your code called sys.exit() on rank {exc.rank}: "
+                           f"a solution returns its answer instead of ending the process"}
+    if "without returning a result" in str(exc).splitlines()[0]:
+        first = str(exc).splitlines()[0]
+        return {"name": name, "status": "error", "where": where,
+                "message": f"{first}. Did your code call os._exit(), or crash?"}
+    if where:
+        return {"name": name, "status": "error", "where": where, "message": f"on rank {exc.rank} your code raised {last}"}
+    return {"name": name, "status": "error", "where": _tail(tb, 1200),
+            "message": f"rank {exc.rank} failed outside your code: {last}"}
+
+
+def _tail(text, n):
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def _reader_frames(tb, path):
+    """The frames of a traceback that lie in the reader's file, as text."""
+    frames = [f for f in traceback.extract_tb(tb) if _same_file(f.filename, path)]
+    return "\n".join(f"    line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames[-4:])
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)(?:\n\s+(.+))?')
+
+
+def _reader_frames_from_text(text, path):
+    """Like :func:`_reader_frames`, for a traceback or stack dump received as text."""
+    out = []
+    for filename, lineno, func, code in _FRAME.findall(text):
+        if _same_file(filename, path):
+            code = code.strip() if code and not code.strip().startswith("File ") else _source_line(path, int(lineno))
+            out.append(f"    line {lineno}, in {func}: {code}")
+    return "\n".join(out[-4:])
+
+
+def _source_line(path, lineno):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for i, line in enumerate(f, 1):
+                if i == lineno:
+                    return line.strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _same_file(a, b):
+    return os.path.normcase(os.path.abspath(a)) == os.path.normcase(os.path.abspath(b))
+
+
+# ----------------------------------------------------------------------------
+# Words for the reader (the terminal and the browser print the same lines)
+# ----------------------------------------------------------------------------
+
+MARKS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "todo": "TODO", "hang": "HANG",
+         "timeout": "TIMEOUT", "exit": "EXIT", "skipped": "SKIP"}
+
+
+def describe(result):
+    """The detail lines under a check's verdict line (empty for a pass)."""
+    if result["status"] == "passed":
+        return []
+    lines = [result.get("message", "")]
+    for label in ("input", "expected", "got"):
+        if result.get(label) is not None:
+            lines.append(f"{label + ':':<10}{result[label]}")
+    if result.get("where"):
+        lines.append("where:")
+        lines.extend(result["where"].splitlines())
+    return lines
+
+
+def headline(result):
+    """``PASS  name`` / ``FAIL  name``: the first line of a check's report."""
+    return f"{MARKS.get(result['status'], result['status'].upper()):<8}{result['name']}"
+
+
+if __name__ == "__main__":  # pragma: no cover - a module, not a program
+    sys.exit("practice/_judge/checking.py is a module: run `python practice/judge.py`")

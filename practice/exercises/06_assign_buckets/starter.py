@@ -1,0 +1,16 @@
+"""Exercise 06: assign parameters to buckets (chapter 3).
+
+Read practice/exercises/06_assign_buckets/README.md, write the function
+below, then grade it:  python practice/judge.py 06
+"""
+
+MB = 1024 * 1024
+
+
+def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+    """Group parameters into buckets, walking them in backward order.
+
+    param_bytes: gradient bytes of each parameter, in forward order.
+    Returns a list of buckets (lists of forward indices), in launch order.
+    """
+    raise NotImplementedError("write assign_buckets")
