@@ -1,0 +1,15 @@
+"""Exercise 02: predict all-reduce time from alpha and beta (chapter 1).
+
+Read practice/exercises/02_alpha_beta/README.md, write both functions,
+then grade them:  python practice/judge.py 02
+"""
+
+
+def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
+    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes (alpha-beta model)."""
+    raise NotImplementedError("write ring_allreduce_seconds")
+
+
+def fit_alpha_beta(message_bytes, seconds):
+    """Least-squares (alpha_s, beta_s_per_byte) of ``seconds = alpha + beta * bytes``."""
+    raise NotImplementedError("write fit_alpha_beta")
