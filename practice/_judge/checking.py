@@ -271,9 +271,9 @@ def _hang_result(name, exc, path):
         inside = f" (waiting inside {calls[0]})" if calls else ""
         lines.append(f"rank {rank}{inside}:\n" + (frames or "    (not in your code)"))
     return {"name": name, "status": "hang", "where": "\n".join(lines),
-            "message": f"the ranks hung: {sorted(exc.stuck)} did not finish. Every rank must call the same "
-                       f"collectives, in the same order, with tensors of the same size; "
-                       f"where each rank was stuck:"}
+            "message": f"the ranks hung: ranks {sorted(exc.stuck)} never finished. Usually ranks wait for each "
+                       f"other: a recv whose send never comes, or ranks calling different collectives (or the "
+                       f"same ones in a different order, or with different sizes). Where each rank was stuck:"}
 
 
 def _rank_error_result(name, exc, path):

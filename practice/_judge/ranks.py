@@ -22,17 +22,56 @@ RANK_TIMEOUT_S = float(os.environ.get("JUDGE_RANK_TIMEOUT", "30"))
 
 
 def on_ranks(worker, world_size, *args, timeout_s=None):
-    """Run ``worker(*args)`` on ``world_size`` gloo ranks; return the results in rank order."""
+    """Run ``worker(*args)`` on ``world_size`` gloo ranks; return the results in rank order.
+
+    Functions and classes of the reader's file among ``args`` travel as
+    :class:`ReaderObject`: each rank loads the reader's file itself, so a
+    traceback or a stuck rank's stack names the reader's file and line.
+    """
     import cloudpickle
     from mylib import run_ranks
 
-    for name in ("solution", getattr(worker, "__module__", None)):
-        module = sys.modules.get(name) if name else None
-        if module is not None and name != "__main__":
-            with contextlib.suppress(ValueError):
-                cloudpickle.register_pickle_by_value(module)
+    module = sys.modules.get(getattr(worker, "__module__", None) or "")
+    if module is not None and worker.__module__ != "__main__":
+        with contextlib.suppress(ValueError):
+            cloudpickle.register_pickle_by_value(module)  # checks.py is not importable by name in a rank
+    args = tuple(_by_path(a) for a in args)
     timeout_s = RANK_TIMEOUT_S if timeout_s is None else min(timeout_s, RANK_TIMEOUT_S)
     return run_ranks(worker, world_size, args=args, timeout_s=timeout_s, show_output=True)
+
+
+def _by_path(obj):
+    if getattr(obj, "__module__", None) == "solution" and hasattr(obj, "__qualname__"):
+        return ReaderObject(sys.modules["solution"].__file__, obj.__qualname__)
+    return obj
+
+
+class ReaderObject:
+    """A function or class of the reader's file, named by file and name, loaded on first use."""
+
+    def __init__(self, path, qualname):
+        self.path = path
+        self.qualname = qualname
+
+    def resolve(self):
+        module = sys.modules.get("solution")
+        if module is None or getattr(module, "__file__", None) != self.path:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("solution", self.path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["solution"] = module
+            spec.loader.exec_module(module)
+        obj = module
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def __call__(self, *args, **kwargs):
+        return self.resolve()(*args, **kwargs)
+
+    @property
+    def __globals__(self):
+        return getattr(self.resolve(), "__globals__", {})
 
 
 class DistSpy:

@@ -1,0 +1,14 @@
+"""Exercise 01: ring all-reduce from send and recv (chapter 1).
+
+Read practice/exercises/01_ring_all_reduce/README.md, write the function,
+then grade it:  python practice/judge.py 01
+"""
+
+import torch
+import torch.distributed as dist
+
+
+def ring_all_reduce(tensor):
+    """Sum ``tensor`` over all ranks, in place, with a ring of sends and receives; return it."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    raise NotImplementedError("write ring_all_reduce")
