@@ -1,0 +1,135 @@
+"""How much memory one rank needs, and how many bytes it sends, under DDP and ZeRO.
+
+The accounting of the ZeRO paper (Rajbhandari et al., 2020). A model of
+``psi`` parameters trained with mixed-precision Adam holds, per rank:
+
+* parameters in 16-bit: 2 psi bytes,
+* gradients in 16-bit: 2 psi bytes,
+* optimizer state: K psi bytes, K = 12 for Adam (a 32-bit master copy of
+  the parameters, the momentum and the variance: 4 + 4 + 4 bytes).
+
+DDP replicates all three on every rank. ZeRO splits them over the N ranks,
+one more of them at each stage:
+
+=========  ======================  =====================  =========================
+stage      parameters              gradients              optimizer state
+=========  ======================  =====================  =========================
+DDP        2 psi                   2 psi                  K psi
+ZeRO-1     2 psi                   2 psi                  K psi / N
+ZeRO-2     2 psi                   2 psi / N              K psi / N
+ZeRO-3     2 psi / N               2 psi / N              K psi / N
+=========  ======================  =====================  =========================
+
+Communication per step, with the ring algorithms (each collective moves
+(N-1)/N of its buffer through every rank): DDP all-reduces the gradients
+(2 psi elements); ZeRO-1 and ZeRO-2 reduce-scatter the gradients and
+all-gather the updated parameters (psi + psi); ZeRO-3 all-gathers the
+parameters twice, once for the forward and once for the backward, and
+reduce-scatters the gradients (3 psi): 1.5 times DDP.
+
+Only the standard library is used, so the chapter's memory calculator runs
+this very file in the reader's browser (Pyodide).
+"""
+
+from dataclasses import dataclass
+
+GB = 1e9  # the ZeRO paper (and GPU vendors) count 10^9 bytes to a GB
+STAGES = (0, 1, 2, 3)
+STAGE_NAMES = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3"}
+ADAM_MIXED_PRECISION_K = 12  # fp32 master parameters + momentum + variance
+ADAM_FP32_K = 8  # momentum + variance; the fp32 parameters are the model's own
+
+
+@dataclass(frozen=True)
+class MemoryPerRank:
+    """Bytes of model state one rank holds: parameters, gradients, optimizer state."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self):
+        """Parameters + gradients + optimizer state, in bytes."""
+        return self.params + self.grads + self.optimizer
+
+    def gb(self):
+        """The same numbers in GB (10^9 bytes), as a dict."""
+        return {"params": self.params / GB, "grads": self.grads / GB,
+                "optimizer": self.optimizer / GB, "total": self.total / GB}
+
+
+def _check(num_params, world_size, stage):
+    if not num_params >= 0:
+        raise ValueError(f"num_params must be >= 0, got {num_params!r}")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES} (0 = DDP, 1-3 = ZeRO stages), got {stage!r}")
+
+
+def memory_per_rank(num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K, param_bytes=2, grad_bytes=2):
+    """Bytes of parameters, gradients and optimizer state on one rank.
+
+    ``stage`` is 0 for DDP (nothing sharded) or the ZeRO stage 1, 2 or 3.
+    ``k`` is the optimizer state in bytes per parameter (12 for
+    mixed-precision Adam, 8 for Adam in float32); ``param_bytes`` and
+    ``grad_bytes`` the bytes of one parameter and one gradient element (2 in
+    bf16/fp16, 4 in float32).
+
+    >>> round(memory_per_rank(7.5e9, 64, 1).total / GB, 1)
+    31.4
+    """
+    _check(num_params, world_size, stage)
+    if k < 0 or param_bytes <= 0 or grad_bytes <= 0:
+        raise ValueError(f"need k >= 0 and positive element sizes, got k={k}, "
+                         f"param_bytes={param_bytes}, grad_bytes={grad_bytes}")
+    n = world_size
+    return MemoryPerRank(
+        params=param_bytes * num_params / (n if stage >= 3 else 1),
+        grads=grad_bytes * num_params / (n if stage >= 2 else 1),
+        optimizer=k * num_params / (n if stage >= 1 else 1),
+    )
+
+
+def comm_per_step(num_params, world_size, stage, param_bytes=2, grad_bytes=2, zero1_after_all_reduce=False):
+    """Bytes one rank sends per training step, by collective, with ring algorithms.
+
+    DDP: all-reduce of the gradients. ZeRO-1 and ZeRO-2: reduce-scatter of
+    the gradients, all-gather of the updated parameters. ZeRO-3: all-gather
+    of the parameters before the forward and again before the backward,
+    reduce-scatter of the gradients. ``zero1_after_all_reduce=True`` is
+    ZeRO-1 the way PyTorch's ``ZeroRedundancyOptimizer`` runs behind DDP: the
+    gradients are all-reduced (not reduce-scattered), then the parameters
+    gathered, 3 psi instead of 2 psi. Returns a dict op -> bytes, with the
+    ops named as :mod:`mylib.comm` counts them.
+    """
+    _check(num_params, world_size, stage)
+    ring = (world_size - 1) / world_size  # the share of a buffer each rank sends in one ring pass
+    grads = ring * num_params * grad_bytes
+    params = ring * num_params * param_bytes
+    if stage == 0:
+        return {"all_reduce": 2 * grads}
+    if stage == 1 and zero1_after_all_reduce:
+        return {"all_reduce": 2 * grads, "all_gather": params}
+    if stage in (1, 2):
+        return {"reduce_scatter": grads, "all_gather": params}
+    return {"reduce_scatter": grads, "all_gather": 2 * params}
+
+
+def comm_volume_in_psi(stage, world_size=None):
+    """Elements sent per rank per step in units of psi: 2 for DDP, ZeRO-1 and ZeRO-2, 3 for ZeRO-3.
+
+    With ``world_size`` the ring's (N-1)/N factor is included; without it,
+    the large-N limit that the ZeRO paper quotes.
+    """
+    if world_size is None:
+        _check(0, 1, stage)
+        return 3.0 if stage == 3 else 2.0
+    return sum(comm_per_step(1.0, world_size, stage, param_bytes=1, grad_bytes=1).values())
+
+
+def max_params_that_fit(memory_bytes, world_size, stage, k=ADAM_MIXED_PRECISION_K, param_bytes=2, grad_bytes=2):
+    """The largest psi whose model state fits in ``memory_bytes`` per rank (activations not counted)."""
+    per_param = memory_per_rank(1.0, world_size, stage, k, param_bytes, grad_bytes).total
+    return memory_bytes / per_param

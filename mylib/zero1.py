@@ -1,0 +1,257 @@
+"""ZeRO stage 1: each rank keeps the optimizer state of its own shard of the parameters.
+
+Adam holds two numbers per parameter (more in mixed precision); under DDP
+every rank holds all of them and runs the same update on the same numbers,
+N times over. ZeRO-1 cuts that redundancy: the parameters are laid out back
+to back in one flat buffer, cut into N equal shards, and rank r keeps the
+optimizer state of shard r only. A step is then:
+
+1. gradients averaged: either already done by DDP (the way PyTorch's
+   ``ZeroRedundancyOptimizer`` is used), or a reduce-scatter that leaves each
+   rank the average of its own shard only (``average_gradients=True``, the
+   paper's ZeRO-1: it sends half of an all-reduce);
+2. each rank updates its shard with the wrapped optimizer (Adam, SGD, ...);
+3. an all-gather of the shards gives every rank all updated parameters.
+
+The wrapped optimizer never sees whole parameters: it sees *pieces*, 1-D
+views of the parameters' storage, one per parameter that overlaps this
+rank's shard, each in the parameter group of its parameter. Updating a piece
+in place updates the parameter, and an element-wise optimizer (SGD, Adam,
+AdamW, RMSprop, Adagrad, ...) gives exactly the update it gives unsharded.
+An optimizer that looks at a whole tensor at once (LAMB's trust ratio, say)
+needs whole parameters per rank, as in PyTorch's ZeroRedundancyOptimizer.
+"""
+
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+
+from mylib import comm
+
+
+class FlatParams:
+    """A layout: tensors back to back in one flat buffer, cut into ``world_size`` equal shards.
+
+    The buffer is padded at the end to a multiple of ``world_size`` elements,
+    so that a reduce-scatter and an all-gather see equal shards. Rank r owns
+    elements ``[r * shard_numel, (r + 1) * shard_numel)``.
+    """
+
+    def __init__(self, params, world_size, rank):
+        self.params = list(params)
+        self.numels = [p.numel() for p in self.params]
+        self.offsets = [sum(self.numels[:i]) for i in range(len(self.params))]
+        self.shard_numel = -(-sum(self.numels) // world_size)  # ceil division
+        self.numel = self.shard_numel * world_size
+        self.shard_start = rank * self.shard_numel
+        self.shard_end = self.shard_start + self.shard_numel
+
+    def pieces(self):
+        """``(i, start, end)`` in flat coordinates for each parameter i that overlaps this rank's shard."""
+        for i, (offset, numel) in enumerate(zip(self.offsets, self.numels)):
+            start, end = max(offset, self.shard_start), min(offset + numel, self.shard_end)
+            if start < end:
+                yield i, start, end
+
+    def flatten(self, tensors):
+        """One padded flat tensor holding ``tensors`` (None counts as zeros) in this layout."""
+        like = self.params[0]
+        flat = torch.zeros(self.numel, dtype=like.dtype, device=like.device)
+        for t, offset, numel in zip(tensors, self.offsets, self.numels):
+            if t is not None:
+                flat[offset:offset + numel].copy_(t.reshape(-1))
+        return flat
+
+    def bind_params(self):
+        """Move the parameters into one flat buffer: afterwards each ``p.data`` is a view of it.
+
+        Then an all-gather into the buffer updates every parameter with no copy.
+        """
+        with torch.no_grad():
+            self.flat = self.flatten([p.detach() for p in self.params])
+        for p, offset, numel in zip(self.params, self.offsets, self.numels):
+            p.data = self.flat[offset:offset + numel].view_as(p)
+
+
+class Piece(NamedTuple):
+    """This rank's share of one parameter: a 1-D view of the parameter's own storage."""
+
+    tensor: torch.Tensor  # what the wrapped optimizer sees and updates in place
+    param: torch.Tensor
+    bucket: FlatParams
+    index: int  # the parameter's place in the bucket
+    start: int  # [start, end): where the piece lies in this rank's shard of the bucket
+    end: int
+
+    @property
+    def in_param(self):
+        """Where the piece lies in the flattened parameter."""
+        offset = self.bucket.offsets[self.index] - self.bucket.shard_start
+        return slice(self.start - offset, self.end - offset)
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    """ZeRO stage 1: ``optimizer_class`` runs on this rank's shard; every rank gets all parameters back.
+
+    Same signature as ``torch.distributed.optim.ZeroRedundancyOptimizer``:
+    ``ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)``
+    (parameter groups too). With ``average_gradients=False`` (the default)
+    the gradients must already be averaged over ranks, by ``MyDDP`` or
+    PyTorch's DDP. With ``average_gradients=True`` the model is not wrapped:
+    ``step()`` reduce-scatters the gradients itself, so each rank receives the
+    average of its own shard only; a parameter without a gradient then counts
+    as a zero gradient, as in FSDP and DeepSpeed. Parameters that do not
+    require a gradient are never sharded nor updated.
+    """
+
+    def __init__(self, params, optimizer_class, process_group=None, average_gradients=False, **defaults):
+        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
+            raise TypeError(f"optimizer_class must be a torch.optim.Optimizer subclass such as torch.optim.AdamW "
+                            f"(the class, not an instance), got {optimizer_class!r}")
+        if not dist.is_initialized():
+            raise RuntimeError("ShardedOptimizer needs a process group: call dist.init_process_group first "
+                               "(mylib.run_ranks and torchrun do it for you)")
+        super().__init__(params, defaults)
+        self.optimizer_class = optimizer_class
+        self.process_group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self.rank = dist.get_rank(process_group)
+        self.average_gradients = average_gradients
+        group_of = {p: g for g, group in enumerate(self.param_groups) for p in group["params"]}
+        trainable = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        self.buckets = [FlatParams(ps, self.world_size, self.rank) for ps in self._bucket_params(trainable)]
+        # Pieces: this rank's share of each parameter, a 1-D view of the parameter's own storage.
+        self.pieces = []
+        inner_groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": []}
+                        for group in self.param_groups]
+        for bucket in self.buckets:
+            bucket.bind_params()
+            for i, start, end in bucket.pieces():
+                piece = Piece(bucket.flat.detach()[start:end], bucket.params[i], bucket, i,
+                              start - bucket.shard_start, end - bucket.shard_start)
+                inner_groups[group_of[piece.param]]["params"].append(piece.tensor)
+                self.pieces.append(piece)
+        for group in inner_groups:  # a rank whose shard misses a whole group still steps it (on nothing)
+            if not group["params"]:
+                group["params"].append(torch.zeros(0))
+        self.optim = optimizer_class(inner_groups, **defaults)
+        self._consolidated = None
+
+    def _bucket_params(self, params):
+        """How parameters are grouped into flat buffers: here one per dtype and device."""
+        by_key = {}
+        for p in params:
+            by_key.setdefault((p.dtype, p.device), []).append(p)
+        return list(by_key.values())
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Update this rank's shard with the wrapped optimizer, then all-gather the parameters."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for outer, inner in zip(self.param_groups, self.optim.param_groups):
+            inner.update({k: v for k, v in outer.items() if k != "params"})  # an LR scheduler edits `outer`
+        self._shard_gradients()
+        self.optim.step()
+        for bucket in self.buckets:
+            shard = bucket.flat[bucket.shard_start:bucket.shard_end].clone()
+            comm.all_gather_into_tensor(bucket.flat, shard, group=self.process_group)
+        return loss
+
+    def _shard_gradients(self):
+        """Give each piece its gradient: this rank's shard of the averaged gradient."""
+        if not self.average_gradients:  # already averaged: a piece's gradient is a view of its parameter's
+            for piece in self.pieces:
+                grad = piece.param.grad
+                piece.tensor.grad = None if grad is None else grad.reshape(-1)[piece.in_param]
+            return
+        for bucket in self.buckets:
+            flat_grad = bucket.flatten([p.grad for p in bucket.params])
+            bucket.grad_shard = torch.empty(bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device)
+            comm.reduce_scatter_tensor(bucket.grad_shard, flat_grad, group=self.process_group)
+            bucket.grad_shard /= self.world_size
+        self._attach_grad_shards()
+
+    def _attach_grad_shards(self):
+        for piece in self.pieces:
+            shard = getattr(piece.bucket, "grad_shard", None)
+            piece.tensor.grad = None if shard is None else shard[piece.start:piece.end]
+
+    def zero_grad(self, set_to_none=True):
+        """Clear the parameters' gradients and this rank's gradient shards."""
+        super().zero_grad(set_to_none)
+        self.optim.zero_grad(set_to_none)
+        for bucket in self.buckets:
+            bucket.grad_shard = None
+
+    # -- checkpoints: the full state, gathered on one rank, in the unsharded optimizer's format ----------
+
+    def consolidate_state_dict(self, to=0):
+        """Gather the whole optimizer state on rank ``to`` (every rank must call it).
+
+        Afterwards ``state_dict()`` on that rank returns exactly what
+        ``optimizer_class(params).state_dict()`` of unsharded training would.
+        """
+        index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        tensor_keys, scalars = set(), {}
+        for piece in self.pieces:
+            for key, value in self.optim.state.get(piece.tensor, {}).items():
+                if torch.is_tensor(value) and value.shape == piece.tensor.shape:
+                    tensor_keys.add(key)
+                else:  # step counters and the like: equal on every piece of a parameter
+                    scalars.setdefault(index[piece.param], {})[key] = value
+        everyone = [None] * self.world_size
+        dist.all_gather_object(everyone, (sorted(tensor_keys), scalars), group=self.process_group)
+        state = {}
+        for _, rank_scalars in everyone:
+            for i, values in rank_scalars.items():
+                state.setdefault(i, {}).update(values)
+        for key in sorted(set().union(*(set(keys) for keys, _ in everyone))):
+            for bucket in self.buckets:
+                shard = torch.zeros(bucket.shard_numel, dtype=bucket.flat.dtype, device=bucket.flat.device)
+                for piece in self.pieces:
+                    if piece.bucket is bucket and key in self.optim.state.get(piece.tensor, {}):
+                        shard[piece.start:piece.end] = self.optim.state[piece.tensor][key]
+                full = torch.empty(bucket.numel, dtype=shard.dtype, device=shard.device)
+                comm.all_gather_into_tensor(full, shard, group=self.process_group)
+                for p, offset, numel in zip(bucket.params, bucket.offsets, bucket.numels):
+                    if index[p] in state:
+                        state[index[p]][key] = full[offset:offset + numel].view_as(p).clone()
+        groups, start = [], 0
+        for g in self.param_groups:
+            groups.append({**{k: v for k, v in g.items() if k != "params"},
+                           "params": list(range(start, start + len(g["params"])))})
+            start += len(g["params"])
+        self._consolidated = {"state": state, "param_groups": groups} if self.rank == to else None
+
+    def state_dict(self):
+        """The consolidated state (see :meth:`consolidate_state_dict`), on the rank it was gathered to."""
+        if self._consolidated is None:
+            raise RuntimeError("the optimizer state is sharded: call consolidate_state_dict(to=rank) on every "
+                               "rank first, then state_dict() on that rank")
+        return self._consolidated
+
+    def load_state_dict(self, state_dict):
+        """Load a consolidated state dict (the same dict on every rank); each rank keeps its pieces."""
+        index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        for outer, saved in zip(self.param_groups, state_dict["param_groups"]):
+            outer.update({k: v for k, v in saved.items() if k != "params"})
+        self.optim.state.clear()
+        for piece in self.pieces:
+            saved = state_dict["state"].get(index[piece.param])
+            if saved is not None:
+                self.optim.state[piece.tensor] = {
+                    key: value.reshape(-1)[piece.in_param].clone() if _per_element(key, value, piece.param)
+                    else value for key, value in saved.items()}
+
+
+# Optimizer state that is one number per parameter tensor, not one per element.
+SCALAR_STATE_KEYS = {"step", "mu_product"}
+
+
+def _per_element(key, value, param):
+    """Whether a saved state entry holds one value per element of ``param`` (momentum: yes; step: no)."""
+    return torch.is_tensor(value) and value.shape == param.shape and (param.dim() > 0 or key not in SCALAR_STATE_KEYS)

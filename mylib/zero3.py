@@ -1,0 +1,288 @@
+"""ZeRO stage 3: the parameters are sharded too; a unit's full parameters exist only while it computes.
+
+ZeRO-2 still keeps every parameter whole on every rank. ZeRO-3 keeps 1/N of
+them, and rebuilds a *unit* (a layer, a block) just in time:
+
+* before the unit's forward: all-gather its parameters, compute, free them;
+* before the unit's backward: all-gather them again (the backward needs
+  the weights to compute the gradient of the unit's input), compute;
+* once the unit's gradient is complete: reduce-scatter it, so that rank r
+  keeps the averaged gradient of its shard only, and free everything full.
+
+So a rank holds its shards plus the full parameters of one unit (two with
+prefetching), and sends 3 psi per step (two all-gathers and a
+reduce-scatter) against DDP's 2 psi. This is what PyTorch's FSDP does.
+
+How the pieces fit torch's autograd. Each unit's parameters live in one flat
+*full* buffer (a leaf tensor that requires grad), laid out as in ZeRO-1
+(:class:`mylib.zero1.FlatParams`). Before the forward the module's parameter
+slots are pointed at views of that buffer, so autograd accumulates all of
+the unit's gradients into one flat ``full.grad``, and a single
+post-accumulate-grad hook on it says "this unit's gradient is complete".
+Freeing the buffer resizes its storage to zero bytes; gathering resizes it
+back, so the views autograd saved in the forward see the parameters again
+in the backward. A hook on the unit's outputs fires just before the unit's
+backward starts.
+
+Outside forward and backward, each original parameter holds *its piece* of
+this rank's shard (a 1-D view, empty where the shard misses it), and after
+the backward its ``.grad`` is the matching piece of the averaged gradient.
+So a plain ``torch.optim.AdamW(model.parameters())`` updates exactly this
+rank's shard, with parameter groups, schedulers and frozen parameters as
+usual (as FSDP's ``use_orig_params=True``), for element-wise optimizers.
+"""
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mylib import comm
+from mylib.zero1 import FlatParams
+
+
+class ShardedFlat:
+    """Parameters of one unit with the same requires_grad and dtype: a persistent shard, a transient full buffer."""
+
+    def __init__(self, params, places, world_size, rank, process_group):
+        self.layout = FlatParams(params, world_size, rank)
+        self.params, self.places, self.process_group = self.layout.params, places, process_group
+        self.shapes = [p.shape for p in self.params]
+        self.trainable = params[0].requires_grad
+        with torch.no_grad():
+            flat = self.layout.flatten([p.detach() for p in self.params])
+        self.shard = flat[self.layout.shard_start:self.layout.shard_end].clone()
+        self.full = torch.empty_like(flat).requires_grad_(self.trainable)
+        self.full_bytes = flat.numel() * flat.element_size()
+        self.grad_shard = None
+        for p, offset, numel in zip(self.params, self.layout.offsets, self.layout.numels):
+            start = min(max(offset - self.layout.shard_start, 0), self.layout.shard_numel)
+            end = min(max(offset + numel - self.layout.shard_start, 0), self.layout.shard_numel)
+            p.data = self.shard[start:end]  # this rank's piece of p: all the optimizer will see
+        self.free()
+
+    def gather(self, async_op=False):
+        """Allocate the full buffer and all-gather the shards into it. Returns the work if async."""
+        self.full.untyped_storage().resize_(self.full_bytes)
+        # Write through .data: autograd must not count the refill as an in-place change of saved views.
+        return comm.all_gather_into_tensor(self.full.data, self.shard, group=self.process_group,
+                                           async_op=async_op)
+
+    def free(self):
+        """Give the full buffer's memory back; views of it stay valid and are refilled by the next gather."""
+        self.full.untyped_storage().resize_(0)
+
+    def use_full(self):
+        """Point every module slot of every parameter at a view of the full buffer (autograd tracks them)."""
+        padding = self.layout.numel - sum(self.layout.numels)
+        # One split: its backward assembles the whole flat gradient in a single concatenation.
+        views = self.full.split(self.layout.numels + [padding])
+        for view, shape, places in zip(views, self.shapes, self.places):
+            for module, name in places:
+                module._parameters[name] = view.view(shape)
+
+    def use_pieces(self):
+        """Put the original parameters (holding this rank's pieces) back into their module slots."""
+        for p, places in zip(self.params, self.places):
+            for module, name in places:
+                module._parameters[name] = p
+
+    def add_grad_shard(self, received):
+        """Keep this rank's averaged gradient shard; expose its pieces as the parameters' ``.grad``."""
+        if self.grad_shard is None or any(p.grad is None for p in self.params):  # zero_grad() ran
+            self.grad_shard = received
+        else:  # gradient accumulation: several backwards before a step
+            self.grad_shard += received
+        for p in self.params:
+            offset = p.data.storage_offset() - self.shard.storage_offset()
+            p.grad = self.grad_shard[offset:offset + p.numel()]
+
+
+class Unit:
+    """A module whose parameters are gathered and freed together: a layer, a block, or the root."""
+
+    def __init__(self, module, flats):
+        self.module, self.flats = module, flats
+        self.gathered = False
+        self.pending = []  # works of a prefetch in flight
+        self.reduced = 0  # trainable flats whose gradient was reduce-scattered in this backward
+
+
+class ShardedModel(nn.Module):
+    """ZeRO stage 3 (PyTorch's FSDP): wrap a model; each unit is gathered just in time and freed after.
+
+    ``unit_modules`` are submodules of ``module`` (for example every
+    transformer block); each becomes a unit, and every parameter not inside
+    one belongs to the root unit (``module`` itself). A parameter used by
+    several units (tied weights) belongs to the smallest unit containing them
+    all. ``prefetch=True`` starts the all-gather of the next unit (in the
+    order recorded in the previous step) while the current unit computes.
+    Every rank must run the same modules, as in DDP. Then:
+    ``opt = torch.optim.AdamW(model.parameters(), lr=1e-3)``, ``loss.backward()``,
+    ``opt.step()`` as usual. Form parameter groups that depend on shapes
+    (no weight decay on 1-D tensors, say) *before* wrapping: afterwards every
+    parameter is a 1-D piece.
+    """
+
+    def __init__(self, module, unit_modules=(), process_group=None, prefetch=False):
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError("ShardedModel needs a process group: call dist.init_process_group first "
+                               "(mylib.run_ranks and torchrun do it for you)")
+        self.module, self.process_group, self.prefetch = module, process_group, prefetch
+        world_size, rank = dist.get_world_size(process_group), dist.get_rank(process_group)
+        members = {m: {id(sub) for sub in m.modules()} for m in [module, *unit_modules]}
+        for m in unit_modules:
+            if id(m) not in members[module]:
+                raise ValueError(f"unit_modules must be submodules of the wrapped module; {type(m).__name__} is not")
+        places = {}  # parameter -> every (module, name) slot that holds it
+        for m in module.modules():
+            for name, p in m._parameters.items():
+                if p is not None:
+                    places.setdefault(p, []).append((m, name))
+        owner = {p: min((u for u in members if all(id(m) in members[u] for m, _ in slots)),
+                        key=lambda u: len(members[u])) for p, slots in places.items()}
+        self.units = []
+        for u in members:
+            groups = {}
+            for p in places:
+                if owner[p] is u:
+                    groups.setdefault((p.requires_grad, p.dtype, p.device), []).append(p)
+            flats = [ShardedFlat(ps, [places[p] for p in ps], world_size, rank, process_group)
+                     for ps in groups.values()]
+            self.units.append(Unit(u, flats))
+        for unit in self.units:
+            unit.module.register_forward_pre_hook(lambda m, args, unit=unit: self._pre_forward(unit))
+            unit.module.register_forward_hook(lambda m, args, out, unit=unit: self._post_forward(unit, out))
+            for flat in unit.flats:
+                if flat.trainable:
+                    flat.full.register_post_accumulate_grad_hook(
+                        lambda full, unit=unit, flat=flat: self._post_backward(unit, flat))
+        self.gathered_bytes = self.peak_gathered_bytes = 0
+        self._order = {"forward": [], "backward": []}  # units in the order they ran, last step
+        self._seen = {"forward": [], "backward": []}
+        self._in_flight = None  # the reduce-scatter still running: at most one, to bound memory
+        self._backward_running = False
+
+    def forward(self, *args, **kwargs):
+        """Run the wrapped module; the hooks gather and free each unit around its computation."""
+        return self.module(*args, **kwargs)
+
+    # -- gather / free ------------------------------------------------------------------------------------
+
+    def _gather(self, unit, async_op=False):
+        if not unit.gathered:
+            unit.gathered = True
+            unit.pending = [flat.gather(async_op=async_op) for flat in unit.flats]
+            self.gathered_bytes += sum(flat.full_bytes for flat in unit.flats)
+            self.peak_gathered_bytes = max(self.peak_gathered_bytes, self.gathered_bytes)
+        if not async_op:
+            for work in unit.pending:
+                if work is not None:
+                    work.wait()
+            unit.pending = []
+
+    def _free(self, unit, flats=None):
+        flats = unit.flats if flats is None else flats
+        for flat in flats:
+            flat.free()
+        self.gathered_bytes -= sum(flat.full_bytes for flat in flats)
+        unit.gathered = False
+
+    def _run(self, unit, phase):
+        """Gather ``unit`` now and, with prefetching, start gathering the one that ran after it last step."""
+        self._gather(unit)
+        self._seen[phase].append(unit)
+        order = self._order[phase]
+        if self.prefetch and unit in order and order.index(unit) + 1 < len(order):
+            self._gather(order[order.index(unit) + 1], async_op=True)
+
+    # -- forward ------------------------------------------------------------------------------------------
+
+    def _pre_forward(self, unit):
+        if unit is self.units[0]:  # the root: a new forward begins
+            self._seen["forward"] = []
+        self._run(unit, "forward")
+        for flat in unit.flats:
+            flat.use_full()
+
+    def _post_forward(self, unit, output):
+        for flat in unit.flats:
+            flat.use_pieces()
+        self._free(unit)
+        if unit is self.units[0]:
+            self._order["forward"] = self._seen["forward"]
+        if torch.is_grad_enabled():
+            for t in _tensors(output):
+                if t.requires_grad:
+                    t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
+        return output
+
+    # -- backward -----------------------------------------------------------------------------------------
+
+    def _pre_backward(self, unit):
+        if not self._backward_running:  # the first unit of this backward
+            self._backward_running = True
+            self._seen["backward"] = []
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        if unit not in self._seen["backward"]:
+            self._run(unit, "backward")
+
+    def _post_backward(self, unit, flat):
+        """``flat``'s gradient is complete: reduce-scatter it, free the full gradient and, when done, the unit."""
+        self._wait_in_flight()
+        received = torch.empty_like(flat.shard)
+        work = comm.reduce_scatter_tensor(received, flat.full.grad, group=self.process_group, async_op=True)
+        self._in_flight = (flat, received, flat.full.grad, work)  # keep the sent buffer alive until done
+        flat.full.grad = None
+        unit.reduced += 1
+        if unit.reduced == sum(f.trainable for f in unit.flats):
+            # Frozen parameters may still be needed for the input's gradient: they wait for the end.
+            self._free(unit, [f for f in unit.flats if f.trainable])
+            unit.gathered = any(not f.trainable for f in unit.flats)
+
+    def _wait_in_flight(self):
+        if self._in_flight is not None:
+            flat, received, _, work = self._in_flight
+            work.wait()
+            with torch.no_grad():
+                flat.add_grad_shard(received.div_(dist.get_world_size(self.process_group)))
+            self._in_flight = None
+
+    def _finish_backward(self):
+        self._wait_in_flight()
+        for unit in self.units:
+            for work in unit.pending:  # a prefetch nobody used
+                if work is not None:
+                    work.wait()
+            unit.pending, unit.reduced = [], 0
+            if unit.gathered:
+                self._free(unit, [f for f in unit.flats if f.full.untyped_storage().nbytes() > 0])
+        self._order["backward"] = self._seen["backward"]
+        self._backward_running = False
+
+    # -- the whole model, for checks and checkpoints --------------------------------------------------------
+
+    @torch.no_grad()
+    def full_parameters(self):
+        """``{name: full tensor}`` for every parameter, gathered on every rank (a copy)."""
+        full = {}
+        for unit in self.units:
+            for flat in unit.flats:
+                buffer = torch.empty(flat.layout.numel, dtype=flat.shard.dtype, device=flat.shard.device)
+                comm.all_gather_into_tensor(buffer, flat.shard, group=self.process_group)
+                for p, shape, offset, numel in zip(flat.params, flat.shapes, flat.layout.offsets,
+                                                   flat.layout.numels):
+                    full[p] = buffer[offset:offset + numel].view(shape).clone()
+        return {name: full[p] for name, p in self.module.named_parameters()}
+
+
+def _tensors(output):
+    """Every tensor inside a module's output (a tensor, or tuples, lists and dicts of them)."""
+    if torch.is_tensor(output):
+        yield output
+    elif isinstance(output, (tuple, list)):
+        for item in output:
+            yield from _tensors(item)
+    elif isinstance(output, dict):
+        for item in output.values():
+            yield from _tensors(item)
