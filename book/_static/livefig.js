@@ -1,0 +1,138 @@
+/* livefig.js: the static site's half of mylib.livefig.LiveFigure.
+ *
+ * A live figure arrives in the page as its "static twin" (written by
+ * LiveFigure.static_html): the default drawing, HTML range inputs, and data
+ * attributes naming the Python render function (data-module, data-function),
+ * the sliders (data-sliders) and the mylib modules it needs (data-modules).
+ * The drawing is there at once. On the first slider move this script loads
+ * Pyodide from the site itself (_static/pyodide/, no network), copies those
+ * mylib modules (_static/mylib/, put there at build time by
+ * book/_ext/mylib_static.py) into Pyodide's file system, and calls
+ * mylib.livefig.render_positions: the very same Python that draws the figure
+ * in Jupyter draws it here.
+ *
+ * For tests and the curious, each figure carries data-state (static, loading,
+ * live, error), data-renders (how many redraws so far), data-positions (the
+ * slider positions of the drawing shown) and data-render-ms (last redraw).
+ */
+(function () {
+  "use strict";
+  var script = document.currentScript;
+  var STATIC = script ? new URL(".", script.src).href : "_static/";
+  var SITE_DIR = "/home/pyodide/site";
+  var pythonReady = null;   // one Pyodide for every figure on the page
+  var moduleLoads = {};     // mylib module name -> promise of it being in Pyodide's file system
+
+  function fetchText(path) {
+    return fetch(STATIC + path).then(function (response) {
+      if (!response.ok) throw new Error("could not fetch " + path + ": HTTP " + response.status);
+      return response.text();
+    });
+  }
+
+  function loadPython() {
+    if (!pythonReady) {
+      pythonReady = (async function () {
+        var pyodideModule = await import(STATIC + "pyodide/pyodide.mjs");
+        var py = await pyodideModule.loadPyodide({ indexURL: STATIC + "pyodide/" });
+        py.FS.mkdirTree(SITE_DIR + "/mylib");
+        py.FS.writeFile(SITE_DIR + "/mylib/__init__.py", await fetchText("mylib/__init__.py"));
+        py.runPython("import sys; sys.path.insert(0, '" + SITE_DIR + "')");
+        return py;
+      })();
+    }
+    return pythonReady;
+  }
+
+  function loadModules(py, names) {
+    return Promise.all(names.map(function (name) {
+      if (!moduleLoads[name]) {
+        moduleLoads[name] = fetchText("mylib/" + name + ".py").then(function (text) {
+          py.FS.writeFile(SITE_DIR + "/mylib/" + name + ".py", text);
+        });
+      }
+      return moduleLoads[name];
+    })).then(function () { py.runPython("import importlib; importlib.invalidate_caches()"); });
+  }
+
+  // What the readout next to a slider says; the drawing itself always comes from Python.
+  function readout(spec, raw) {
+    if (spec.kind === "options") {
+      var i = Math.max(0, Math.min(Math.round(raw), spec.options.length - 1));
+      return spec.options[i][0];
+    }
+    var k = Math.round((raw - spec.min) / spec.step);
+    var value = Math.min(Math.max(spec.min + k * spec.step, spec.min), spec.max);
+    var text = spec.kind === "int" ? String(Math.round(value)) : value.toFixed(spec.decimals);
+    return spec.unit ? text + " " + spec.unit : text;
+  }
+
+  function setStatus(fig, state, message) {
+    fig.dataset.state = state;
+    var status = fig.querySelector(".livefig-status");
+    if (status && message) status.textContent = message;
+  }
+
+  function positionsOf(fig) {
+    var positions = {};
+    fig.querySelectorAll(".livefig-controls input[type=range]").forEach(function (input) {
+      positions[input.name] = Number(input.value);
+    });
+    return positions;
+  }
+
+  async function redraw(fig) {
+    if (fig._busy) { fig._pending = true; return; }  // redraw once more with the latest positions afterwards
+    fig._busy = true;
+    var where = fig.dataset.module + "." + fig.dataset.function;
+    try {
+      do {
+        fig._pending = false;
+        if (fig.dataset.state === "static") {
+          setStatus(fig, "loading", "Loading Python in your browser (the first time takes a few seconds)...");
+        }
+        var py = await loadPython();
+        await loadModules(py, JSON.parse(fig.dataset.modules));
+        var positions = positionsOf(fig);
+        var started = performance.now();
+        var livefig = py.pyimport("mylib.livefig");
+        var drawing = livefig.render_positions(fig.dataset.module, fig.dataset.function,
+                                               fig.dataset.sliders, JSON.stringify(positions));
+        livefig.destroy();
+        fig.querySelector(".livefig-figure").innerHTML = drawing;
+        var ms = performance.now() - started;
+        fig.dataset.positions = JSON.stringify(positions);
+        fig.dataset.renderMs = ms.toFixed(1);
+        fig.dataset.renders = String(Number(fig.dataset.renders || 0) + 1);
+        setStatus(fig, "live", "Live: drawn by " + where + " running in your browser (Pyodide), " +
+                  ms.toFixed(0) + " ms per redraw.");
+      } while (fig._pending);
+    } catch (err) {
+      console.error("livefig: " + where + ": " + err);
+      var hint = location.protocol === "file:"
+        ? " Interactive figures need the site served over HTTP, e.g. python -m http.server -d _build/html"
+        : "";
+      setStatus(fig, "error", "Could not redraw in this page: " + err + "." + hint);
+    } finally {
+      fig._busy = false;
+    }
+  }
+
+  function setUp(fig) {
+    if (!fig.dataset.module || fig._livefig) return;  // a figure without a browser render function stays static
+    fig._livefig = true;
+    var specs = {};
+    JSON.parse(fig.dataset.sliders).forEach(function (spec) { specs[spec.name] = spec; });
+    fig.querySelectorAll(".livefig-controls input[type=range]").forEach(function (input) {
+      input.addEventListener("input", function () {
+        var out = input.parentElement.querySelector(".livefig-readout");
+        if (out) out.textContent = readout(specs[input.name], Number(input.value));
+        redraw(fig);
+      });
+    });
+  }
+
+  function setUpAll() { document.querySelectorAll(".livefig").forEach(setUp); }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpAll);
+  else setUpAll();
+})();

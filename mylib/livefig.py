@@ -1,0 +1,249 @@
+"""Interactive figures that work in Jupyter *and* on the static site.
+
+A figure is a render function, ``render(**values) -> str`` (an SVG or HTML
+fragment), written with the standard library only in a mylib module, plus the
+sliders that choose its arguments::
+
+    from mylib.livefig import LiveFigure, Slider
+    from mylib.timeline_svg import bucketing_figure
+
+    LiveFigure(bucketing_figure, [
+        Slider("n_layers", "layers", min=2, max=96, step=1, default=24),
+        Slider("bucket_cap_mb", "bucket cap", options=[("0 (per parameter)", 0.0), ("25 MB", 25.0)], default=25.0),
+    ])
+
+Displayed in Jupyter, it is an ipywidgets box: moving a slider calls ``render``
+in the kernel and replaces the drawing (``redraw_s`` keeps how long each redraw
+took). The same display also carries a ``text/html`` *static twin*: the
+default drawing, plain HTML range inputs, and data attributes naming the render
+function and the sliders. The book's build prefers that twin over the widget
+(``nb_mime_priority_overrides`` in ``_config.yml``), so the page shows the
+default figure at once; ``_static/livefig.js`` loads Pyodide on the first
+slider move, copies the mylib modules the function needs (see
+:mod:`mylib.browser`) into it and calls :func:`render_positions` with the
+slider positions: the very same Python draws the figure in the page.
+
+Only the standard library is imported at module level: this file also runs in
+the browser. ipywidgets is imported when a widget is first built.
+"""
+
+import html
+import importlib
+import inspect
+import json
+import time
+
+from mylib import browser
+
+
+class Slider:
+    """One control: a number range (``min``/``max``/``step``) or a list of ``options``.
+
+    ``options`` holds values, or ``(label, value)`` pairs; values must be
+    JSON numbers, strings, booleans or None (they travel to the browser).
+    A range is of ints when ``min``, ``max``, ``step`` and ``default`` all are.
+    """
+
+    def __init__(self, name, label=None, *, min=None, max=None, step=None, default=None, options=None, unit=""):
+        self.name, self.label, self.unit = name, label or name, unit
+        if not name.isidentifier():
+            raise ValueError(f"slider name {name!r} must be the name of a render() argument")
+        if options is not None:
+            pairs = [o if isinstance(o, (tuple, list)) else (str(o), o) for o in options]
+            if not pairs:
+                raise ValueError(f"slider {name!r}: options is empty; give at least one value")
+            self.labels = [str(label_) for label_, _ in pairs]
+            self.options = [value for _, value in pairs]
+            json.dumps(self.options)  # raises TypeError on values the browser cannot receive
+            self.kind, self.default = "options", self.options[0] if default is None else default
+            if self.default not in self.options:
+                raise ValueError(f"slider {name!r}: default {default!r} is not one of the options {self.options}")
+            return
+        if None in (min, max, step):
+            raise ValueError(f"slider {name!r} needs min, max and step, or options=[...]")
+        if not (step > 0 and max > min):
+            raise ValueError(f"slider {name!r}: need step > 0 and max > min, got min={min}, max={max}, step={step}")
+        default = min if default is None else default
+        is_int = all(isinstance(v, int) and not isinstance(v, bool) for v in (min, max, step, default))
+        self.kind = "int" if is_int else "float"
+        self.decimals = 0 if is_int else len(f"{float(step):.10f}".rstrip("0").split(".")[1])
+        if not is_int:  # ends on the step's decimals, so that 3 * 0.1 is 0.3 here and in the browser
+            min, max, step = round(float(min), self.decimals), round(float(max), self.decimals), float(step)
+            default = round(float(default), self.decimals)
+        self.min, self.max, self.step = min, max, step
+        if not (min <= default <= max):
+            raise ValueError(f"slider {name!r}: default {default} is outside [{min}, {max}]")
+        self.default = self.value_at(default)
+
+    def value_at(self, position):
+        """The value at a slider position: an option's index, or a number snapped to the step and range.
+
+        Jupyter and the browser both pass their raw positions through here, so
+        both call ``render`` with exactly the same values.
+        """
+        if self.kind == "options":
+            return self.options[max(0, min(int(round(float(position))), len(self.options) - 1))]
+        k = round((float(position) - self.min) / self.step)
+        value = min(max(self.min + k * self.step, self.min), self.max)
+        return int(round(value)) if self.kind == "int" else round(float(value), self.decimals)
+
+    def position_of(self, value):
+        """The slider position that shows ``value``."""
+        return self.options.index(value) if self.kind == "options" else value
+
+    def text(self, value):
+        """How the value reads next to the slider."""
+        if self.kind == "options":
+            return self.labels[self.options.index(value)]
+        number = f"{value:d}" if self.kind == "int" else f"{value:.{self.decimals}f}"
+        return f"{number} {self.unit}".strip()
+
+    def spec(self):
+        """The slider as JSON-ready data, for the browser (:meth:`from_spec` rebuilds it)."""
+        if self.kind == "options":
+            return {"name": self.name, "label": self.label, "kind": "options", "default": self.default,
+                    "options": [[label, value] for label, value in zip(self.labels, self.options)]}
+        return {"name": self.name, "label": self.label, "kind": self.kind, "min": self.min, "max": self.max,
+                "step": self.step, "default": self.default, "decimals": self.decimals, "unit": self.unit}
+
+    @classmethod
+    def from_spec(cls, spec):
+        """A Slider from :meth:`spec` data."""
+        if spec["kind"] == "options":
+            return cls(spec["name"], spec["label"], options=[tuple(o) for o in spec["options"]],
+                       default=spec["default"])
+        return cls(spec["name"], spec["label"], min=spec["min"], max=spec["max"], step=spec["step"],
+                   default=spec["default"], unit=spec.get("unit", ""))
+
+    def __repr__(self):
+        return f"Slider({self.name!r}, default={self.default!r})"
+
+
+def render_positions(module, function, specs_json, positions_json):
+    """Render ``module.function`` at slider positions given as JSON (what the browser calls).
+
+    ``positions_json`` maps slider names to raw positions; missing names take
+    their defaults.
+    """
+    sliders = [Slider.from_spec(spec) for spec in json.loads(specs_json)]
+    positions = json.loads(positions_json)
+    values = {s.name: s.value_at(positions[s.name]) if s.name in positions else s.default for s in sliders}
+    return getattr(importlib.import_module(module), function)(**values)
+
+
+class LiveFigure:
+    """A figure redrawn by sliders: ipywidgets in Jupyter, Pyodide on the static site.
+
+    ``render`` must be a module-level function; for the static site it must
+    live in a mylib module that imports only the standard library (checked
+    here, with the import to fix named). A render function from elsewhere
+    (say a notebook cell) still works in Jupyter; pass ``in_browser=False`` and
+    the static page shows its default drawing with the sliders disabled.
+    """
+
+    def __init__(self, render, sliders, *, in_browser=True):
+        if not callable(render):
+            raise TypeError(f"render must be a function returning an SVG string, got {type(render).__name__}")
+        self.render = render
+        self.sliders = [s if isinstance(s, Slider) else Slider(**s) for s in sliders]
+        names = [s.name for s in self.sliders]
+        if len(set(names)) != len(names):
+            raise ValueError(f"slider names must be unique, got {names}")
+        params = inspect.signature(render).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        missing = [n for n in names if n not in params and not takes_any]
+        if missing:
+            raise ValueError(f"{render.__name__}() has no argument(s) {missing}; name each slider after an argument")
+        self.module, self.function = render.__module__, render.__qualname__
+        self.modules = None  # mylib modules the browser needs; None: no interactivity on the static site
+        if in_browser:
+            if not self.module.startswith("mylib.") or "." in self.function:
+                raise ValueError(
+                    f"{self.module}.{self.function} cannot run on the static site: the render function must be "
+                    f"a module-level function in a mylib module (standard library only). Move it there, or pass "
+                    f"in_browser=False to keep it interactive in Jupyter only.")
+            self.modules = sorted(set(browser.module_closure(self.module)) | set(browser.module_closure(__name__)))
+        self.values = {s.name: s.default for s in self.sliders}
+        self.redraw_s = []  # seconds each Jupyter redraw took (render + widget update)
+        self._widget = None
+
+    def svg(self, **values):
+        """The drawing for the current values, overridden by ``values`` (names are checked)."""
+        unknown = set(values) - set(self.values)
+        if unknown:
+            raise ValueError(f"unknown slider(s) {sorted(unknown)}; the sliders are {list(self.values)}")
+        return self.render(**{**self.values, **values})
+
+    def static_html(self):
+        """The static twin: default drawing, HTML range inputs, and what the browser needs to redraw."""
+        controls = []
+        for s in self.sliders:
+            default = s.default
+            if s.kind == "options":
+                rng = f'min="0" max="{len(s.options) - 1}" step="1" value="{s.options.index(default)}"'
+            else:
+                rng = f'min="{s.min}" max="{s.max}" step="{s.step}" value="{default}"'
+            disabled = "" if self.modules else " disabled"
+            controls.append(
+                f'<label class="livefig-control"><span class="livefig-label">{html.escape(s.label)}</span>'
+                f'<input type="range" name="{s.name}" {rng}{disabled} aria-label="{html.escape(s.label)}">'
+                f'<output class="livefig-readout">{html.escape(s.text(default))}</output></label>')
+        if self.modules:
+            data = (f' data-module="{self.module}" data-function="{self.function}"'
+                    f' data-modules="{html.escape(json.dumps(self.modules))}"')
+            note = (f"Move a slider: the book's own Python (<code>{self.module}.{self.function}</code>) redraws "
+                    f"the figure in your browser. The first move loads Python, which takes a few seconds.")
+        else:
+            data, note = "", "Run this chapter in Jupyter to move the sliders."
+        specs = html.escape(json.dumps([s.spec() for s in self.sliders]))
+        return (f'<div class="livefig" data-state="static" data-renders="0"{data} data-sliders="{specs}">'
+                f'<div class="livefig-controls">{"".join(controls)}</div>'
+                f'<div class="livefig-figure">{self.svg()}</div>'
+                f'<p class="livefig-status">{note}</p></div>')
+
+    def widget(self):
+        """The ipywidgets view (built once): sliders above the drawing."""
+        if self._widget is not None:
+            return self._widget
+        import ipywidgets as widgets
+
+        drawing = widgets.HTML(value=self.svg(), layout=widgets.Layout(width="100%"))
+        controls = []
+        for s in self.sliders:
+            common = dict(description=s.label, continuous_update=True, style={"description_width": "9em"},
+                          layout=widgets.Layout(width="440px"))
+            if s.kind == "options":
+                w = widgets.SelectionSlider(options=list(zip(s.labels, s.options)), value=s.default, **common)
+            elif s.kind == "int":
+                w = widgets.IntSlider(min=s.min, max=s.max, step=s.step, value=s.default, **common)
+            else:
+                w = widgets.FloatSlider(min=s.min, max=s.max, step=s.step, value=s.default,
+                                        readout_format=f".{s.decimals}f", **common)
+            w.observe(self._redraw_from(s, w, drawing), names="value")
+            controls.append(w)
+        self._widget = widgets.VBox([widgets.GridBox(controls, layout=widgets.Layout(
+            grid_template_columns="repeat(auto-fill, 450px)")), drawing])
+        self._widget.drawing = drawing
+        return self._widget
+
+    def _redraw_from(self, slider, control, drawing):
+        def redraw(change):
+            start = time.perf_counter()
+            position = control.index if slider.kind == "options" else change["new"]
+            self.values[slider.name] = slider.value_at(position)
+            drawing.value = self.svg()
+            self.redraw_s.append(time.perf_counter() - start)
+        return redraw
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = {"text/plain": repr(self), "text/html": self.static_html()}
+        try:
+            view = self.widget()._repr_mimebundle_(include=include, exclude=exclude)
+        except ImportError:  # no ipywidgets: the static twin is all there is
+            return bundle
+        view.pop("text/plain", None)
+        return {**view, **bundle}
+
+    def __repr__(self):
+        names = ", ".join(s.name for s in self.sliders)
+        return f"LiveFigure({self.module}.{self.function}; sliders: {names})"

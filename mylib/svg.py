@@ -1,0 +1,170 @@
+"""Drawing figures as SVG text, with the standard library only.
+
+The book's interactive figures are drawn by Python functions that return an
+SVG string. The same function draws the figure in Jupyter (an ipywidgets
+redraw), in the stored notebook output, and in the reader's browser on the
+static site, where it runs unchanged under Pyodide. That is why this module,
+and every renderer built on it, imports nothing outside the standard library.
+
+Usage::
+
+    fig = Svg(400, 120)
+    fig.rect(10, 10, 100, 20, fill=PALETTE["compute"], title="layer 3 backward")
+    fig.text(10, 50, "step time 12.3 ms")
+    svg_text = fig.to_string()
+"""
+
+import math
+from xml.sax.saxutils import escape, quoteattr
+
+# One palette for the whole book, so a colour means the same thing in every chapter.
+PALETTE = {
+    "forward": "#9ecae1",
+    "compute": "#4292c6",
+    "optimizer": "#807dba",
+    "comm": "#f16913",
+    "comm_alt": "#fdae6b",
+    "exposed": "#d62728",
+    "idle": "#d9d9d9",
+    "text": "#222222",
+    "muted": "#6b6b6b",
+    "grid": "#e6e6e6",
+    "accent": "#2ca02c",
+}
+
+FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
+
+
+def _num(x):
+    """A coordinate as short text: at most two decimals, no trailing zeros."""
+    text = f"{x:.2f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _attrs(attrs):
+    parts = []
+    for key, value in attrs.items():
+        if value is None:
+            continue
+        name = key.rstrip("_").replace("_", "-")
+        if isinstance(value, float):
+            value = _num(value)
+        parts.append(f" {name}={quoteattr(str(value))}")
+    return "".join(parts)
+
+
+class Svg:
+    """An SVG document built element by element; ``to_string()`` gives the text.
+
+    Keyword arguments of the drawing methods become attributes, with ``_`` in
+    a name turned into ``-`` (``stroke_width=2`` gives ``stroke-width="2"``,
+    ``data_metric="step_s"`` gives ``data-metric="step_s"``). ``title`` adds a
+    tooltip (an SVG ``<title>`` child) that browsers show on hover.
+    """
+
+    def __init__(self, width, height, *, font_size=12, label=None):
+        self.width = width
+        self.height = height
+        self.font_size = font_size
+        self.label = label
+        self.parts = []
+
+    def _element(self, tag, attrs, title=None, body=None):
+        inner = (f"<title>{escape(title)}</title>" if title else "") + (body or "")
+        if inner:
+            self.parts.append(f"<{tag}{_attrs(attrs)}>{inner}</{tag}>")
+        else:
+            self.parts.append(f"<{tag}{_attrs(attrs)}/>")
+
+    def rect(self, x, y, width, height, *, fill, title=None, **attrs):
+        """A filled rectangle (zero or negative widths are drawn as nothing)."""
+        if width <= 0 or height <= 0:
+            return
+        self._element("rect", {"x": float(x), "y": float(y), "width": float(width), "height": float(height),
+                               "fill": fill, **attrs}, title)
+
+    def line(self, x1, y1, x2, y2, *, stroke=PALETTE["muted"], stroke_width=1, **attrs):
+        """A straight line."""
+        self._element("line", {"x1": float(x1), "y1": float(y1), "x2": float(x2), "y2": float(y2),
+                               "stroke": stroke, "stroke_width": stroke_width, **attrs})
+
+    def text(self, x, y, content, *, size=None, anchor="start", weight=None, fill=PALETTE["text"], **attrs):
+        """Text whose baseline starts (``anchor="start"``), is centred (``"middle"``) or ends at x."""
+        self._element("text", {"x": float(x), "y": float(y), "font_size": size or self.font_size,
+                               "text_anchor": anchor, "font_weight": weight, "fill": fill, **attrs},
+                      body=escape(str(content)))
+
+    def raw(self, markup):
+        """Insert ready-made SVG markup (for example another figure's elements)."""
+        self.parts.append(markup)
+
+    def to_string(self):
+        """The complete ``<svg>`` element, scalable: it fills its container's width."""
+        label = f' role="img" aria-label={quoteattr(self.label)}' if self.label else ""
+        return (
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_num(self.width)} {_num(self.height)}" '
+            f'width="100%" style="max-width:{_num(self.width)}px;height:auto" '
+            f'font-family={quoteattr(FONT)}{label}>' + "".join(self.parts) + "</svg>"
+        )
+
+
+class SvgFigure:
+    """An SVG string that Jupyter displays as a picture (``image/svg+xml``).
+
+    Its text repr is fixed, so stored notebook outputs do not change between
+    runs (nbval compares text, not pictures).
+    """
+
+    def __init__(self, svg, name="figure"):
+        self.svg = svg
+        self.name = name
+
+    def _repr_svg_(self):
+        return self.svg
+
+    def __repr__(self):
+        return f"<SVG {self.name}>"
+
+
+def nice_step(span, target_ticks=5):
+    """A round tick spacing (1, 2 or 5 times a power of ten) giving about ``target_ticks`` ticks."""
+    if span <= 0:
+        return 1.0
+    raw = span / max(target_ticks, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    for factor in (1, 2, 5, 10):
+        if factor * power >= raw:
+            return factor * power
+    return 10 * power
+
+
+def ticks(lo, hi, target_ticks=5):
+    """Round tick positions covering ``[lo, hi]``."""
+    step = nice_step(hi - lo, target_ticks)
+    first = math.ceil(lo / step - 1e-9)
+    last = math.floor(hi / step + 1e-9)
+    return [round(i * step, 12) for i in range(first, last + 1)]
+
+
+def format_seconds(seconds, digits=3):
+    """A duration in the unit that reads best: ``12.3 ms``, ``850 us``, ``1.20 s``."""
+    magnitude = abs(seconds)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if magnitude >= scale or unit == "us":
+            value = seconds / scale
+            decimals = max(digits - 1 - int(math.floor(math.log10(abs(value)))), 0) if value else 0
+            return f"{value:.{decimals}f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_bytes(nbytes, digits=3):
+    """A size in binary units: ``512 B``, ``16.0 KB``, ``25.0 MB``, ``1.50 GB`` (1 MB = 2**20 bytes)."""
+    value = float(nbytes)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1024 or unit == "TB":
+            if unit == "B":
+                return f"{int(value)} B"
+            decimals = max(digits - 1 - int(math.floor(math.log10(abs(value)))), 0) if value else 0
+            return f"{value:.{decimals}f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

@@ -1,0 +1,260 @@
+"""The communication timeline of one data-parallel step: a what-if model.
+
+During the backward pass gradients become ready layer by layer, last layer
+first. DDP groups them into buckets (:func:`mylib.buckets.assign_buckets`,
+the very rule ``MyDDP`` uses) and starts a bucket's all-reduce as soon as its
+last gradient is ready, so communication runs while earlier layers are still
+computing. Only what is left after the backward ends is *exposed*: the step
+waits for it.
+
+The model here plays that out in time. The network is one link per rank that
+carries one all-reduce at a time, first launched first served; an all-reduce
+of ``b`` bytes over ``n`` ranks costs, by the alpha-beta model of a ring
+(chapter 1)::
+
+    2 (n - 1) alpha  +  2 (n - 1) / n * b / beta
+
+(:func:`mylib.costmodel.ring_all_reduce_time`, the model chapter 1 fits to
+gloo). A bucket's all-reduce starts when its last gradient is ready *and* the link is
+free. The output is a :class:`Timeline`: spans of compute and communication
+and the numbers that matter (step time, exposed communication, overlap,
+bucket count). ``all_at_end`` and ``per_parameter`` are the two baselines:
+one all-reduce after the backward (no overlap), one all-reduce per parameter
+(overlap, but alpha paid per parameter).
+
+Standard library only: the same file runs in the reader's browser (Pyodide)
+behind the chapter's sliders. 1,000 layers take about a millisecond.
+"""
+
+from mylib.buckets import MB, assign_buckets
+from mylib.costmodel import ring_all_reduce_time
+
+COMPUTE, COMM = "compute", "comm"  # the two lanes of a data-parallel step
+
+
+class Layer:
+    """One layer in backward order: its backward compute time and its parameters' gradient sizes.
+
+    ``param_bytes`` lists the gradient bytes of the layer's parameters in the
+    order their gradients reach DDP (for ``nn.Linear``: bias, then weight,
+    the reverse of ``parameters()``). All of them are ready when the layer's
+    backward ends.
+    """
+
+    __slots__ = ("name", "backward_s", "param_bytes")
+
+    def __init__(self, name, backward_s, param_bytes):
+        if backward_s < 0:
+            raise ValueError(f"layer {name!r}: backward_s must be >= 0, got {backward_s}")
+        if isinstance(param_bytes, (int, float)):
+            param_bytes = (param_bytes,)
+        param_bytes = tuple(int(b) for b in param_bytes)
+        if any(b < 0 for b in param_bytes):
+            raise ValueError(f"layer {name!r}: gradient sizes must be >= 0 bytes, got {param_bytes}")
+        self.name, self.backward_s, self.param_bytes = name, float(backward_s), param_bytes
+
+    @property
+    def nbytes(self):
+        """All gradient bytes of the layer."""
+        return sum(self.param_bytes)
+
+    def __repr__(self):
+        return f"Layer({self.name!r}, backward_s={self.backward_s:g}, param_bytes={self.param_bytes})"
+
+
+class Link:
+    """The network as the alpha-beta model sees it: ``ranks``, latency ``alpha_s``, bandwidth in bytes/s."""
+
+    __slots__ = ("ranks", "alpha_s", "bandwidth")
+
+    def __init__(self, ranks, alpha_s, bandwidth):
+        if int(ranks) != ranks or ranks < 1:
+            raise ValueError(f"ranks must be a whole number >= 1, got {ranks}")
+        if alpha_s < 0:
+            raise ValueError(f"alpha_s (latency per message, seconds) must be >= 0, got {alpha_s}")
+        if bandwidth <= 0:
+            raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}; e.g. 10e9 for 10 GB/s")
+        self.ranks, self.alpha_s, self.bandwidth = int(ranks), float(alpha_s), float(bandwidth)
+
+    def allreduce_s(self, nbytes):
+        """Seconds for a ring all-reduce of ``nbytes``: 2(n-1) alpha + 2(n-1)/n x bytes / bandwidth."""
+        return ring_all_reduce_time(nbytes, self.ranks, self.alpha_s, self.bandwidth)
+
+    def __repr__(self):
+        return f"Link(ranks={self.ranks}, alpha_s={self.alpha_s:g}, bandwidth={self.bandwidth:g})"
+
+
+class Span:
+    """Something that occupied a lane from ``start_s`` to ``end_s``.
+
+    ``kind`` is ``forward``, ``backward``, ``optimizer`` (compute lane) or
+    ``allreduce`` (comm lane); ``bucket``, ``nbytes`` and ``ready_s`` (when
+    its last gradient was ready; it may wait for the link after that)
+    describe an all-reduce.
+    """
+
+    __slots__ = ("lane", "kind", "start_s", "end_s", "label", "bucket", "nbytes", "ready_s")
+
+    def __init__(self, lane, kind, start_s, end_s, label="", bucket=None, nbytes=0, ready_s=None):
+        self.lane, self.kind, self.label = lane, kind, label
+        self.start_s, self.end_s = float(start_s), float(end_s)
+        self.bucket, self.nbytes = bucket, nbytes
+        self.ready_s = self.start_s if ready_s is None else float(ready_s)
+
+    @property
+    def duration_s(self):
+        return self.end_s - self.start_s
+
+    def __repr__(self):
+        return f"Span({self.lane!r}, {self.kind!r}, {self.start_s:.6g}, {self.end_s:.6g}, {self.label!r})"
+
+
+class Timeline:
+    """A step as spans on lanes, and what they add up to.
+
+    Attributes computed from the spans by :func:`summarize` (the same
+    definitions for the model and for a measured run):
+
+    * ``step_s``: first span start to last span end;
+    * ``backward_end_s``: when the last gradient was computed;
+    * ``comm_s``: time the link was busy (union of all-reduce spans);
+    * ``exposed_comm_s``: how long the step waits after the backward for
+      communication: last all-reduce end minus backward end (0 if earlier);
+    * ``overlap``: the fraction of ``comm_s`` hidden behind the backward;
+    * ``n_buckets``: number of all-reduces.
+    """
+
+    def __init__(self, spans, name="", lanes=(COMPUTE, COMM), buckets=None):
+        self.name = name
+        self.spans = sorted(spans, key=lambda s: (s.start_s, s.end_s))
+        self.lanes = tuple(lanes)
+        self.buckets = buckets  # parameter indices per bucket (model only)
+        for key, value in summarize(self.spans).items():
+            setattr(self, key, value)
+
+    def metrics(self):
+        """The numbers of the panel, as a dict (seconds, a fraction and a count)."""
+        return {key: getattr(self, key) for key in METRIC_KEYS}
+
+    def __repr__(self):
+        return (f"Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, exposed comm "
+                f"{self.exposed_comm_s * 1e3:.3f} ms, overlap {self.overlap:.0%}, {self.n_buckets} buckets)")
+
+
+METRIC_KEYS = ("step_s", "backward_end_s", "comm_s", "exposed_comm_s", "overlap", "n_buckets")
+
+
+def _union_length(intervals, until=None):
+    """Total length covered by ``(start, end)`` intervals, counting only what lies before ``until``."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if until is not None:
+            end = min(end, until)
+        if reach is not None:
+            start = max(start, reach)
+        if end > start:
+            total += end - start
+        reach = end if reach is None else max(reach, end)
+    return total
+
+
+def summarize(spans):
+    """Step time, backward end, busy, exposed and hidden communication of a list of spans."""
+    if not spans:
+        raise ValueError("a timeline needs at least one span")
+    comm = [(s.start_s, s.end_s) for s in spans if s.kind == "allreduce"]
+    backward = [s for s in spans if s.kind == "backward"]
+    start = min(s.start_s for s in spans)
+    backward_end = max((s.end_s for s in backward), default=start)
+    comm_end = max((end for _, end in comm), default=backward_end)
+    comm_s = _union_length(comm)
+    hidden = _union_length(comm, until=backward_end)
+    return {
+        "start_s": start,
+        "step_s": max(s.end_s for s in spans) - start,
+        "backward_end_s": backward_end - start,
+        "comm_end_s": comm_end - start,
+        "comm_s": comm_s,
+        "exposed_comm_s": max(0.0, comm_end - backward_end),
+        "overlap": hidden / comm_s if comm_s > 0 else 0.0,
+        "n_buckets": len(comm),
+    }
+
+
+def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
+    """Lay out compute and all-reduces in time for a given bucket assignment."""
+    spans, t = [], 0.0
+    if forward_s > 0:
+        spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
+        t = forward_s
+    ready_at, sizes = [], []  # per parameter, in backward order
+    for layer in layers:
+        spans.append(Span(COMPUTE, "backward", t, t + layer.backward_s, layer.name))
+        t += layer.backward_s
+        for nbytes in layer.param_bytes:
+            ready_at.append(t)
+            sizes.append(nbytes)
+    backward_end = t
+    link_free = forward_s
+    for index, bucket in enumerate(buckets):
+        nbytes = sum(sizes[i] for i in bucket)
+        ready = backward_end if launch_at_end else max(ready_at[i] for i in bucket)
+        start = max(ready, link_free)
+        link_free = start + link.allreduce_s(nbytes)
+        spans.append(Span(COMM, "allreduce", start, link_free, f"b{index}", bucket=index, nbytes=nbytes,
+                          ready_s=ready))
+    end = max(backward_end, link_free)
+    if optimizer_s > 0:
+        spans.append(Span(COMPUTE, "optimizer", end, end + optimizer_s, "optimizer"))
+    return Timeline(spans, name=name, buckets=buckets)
+
+
+def _check(layers):
+    layers = list(layers)
+    if not layers:
+        raise ValueError("the model needs at least one layer")
+    if not all(isinstance(layer, Layer) for layer in layers):
+        raise TypeError("layers must be mylib.timeline.Layer objects, in backward order (last layer first)")
+    return layers
+
+
+def simulate(layers, cap_bytes, link, *, first_cap_bytes=None, forward_s=0.0, optimizer_s=0.0, name=None):
+    """The timeline of a DDP step with buckets of ``cap_bytes`` (0: one per parameter).
+
+    ``layers`` are in backward order; ``first_cap_bytes`` is the small first
+    bucket (default ``min(cap, 1 MB)``, as in PyTorch). ``forward_s`` and
+    ``optimizer_s`` add the forward before and the optimizer step after.
+    """
+    layers = _check(layers)
+    sizes = [b for layer in layers for b in layer.param_bytes]
+    buckets = assign_buckets(sizes, cap_bytes, first_cap_bytes)
+    if name is None:
+        name = "one all-reduce per parameter" if cap_bytes == 0 else f"buckets of {cap_bytes / MB:g} MB"
+    return _play(layers, buckets, link, launch_at_end=False, forward_s=forward_s, optimizer_s=optimizer_s, name=name)
+
+
+def per_parameter(layers, link, **kwargs):
+    """Baseline: every gradient all-reduced alone, launched when it is ready (pays alpha per parameter)."""
+    kwargs.setdefault("name", "one all-reduce per parameter")
+    return simulate(layers, 0, link, **kwargs)
+
+
+def all_at_end(layers, link, *, forward_s=0.0, optimizer_s=0.0, name="one all-reduce after backward"):
+    """Baseline: one all-reduce of every gradient after the backward ends (no overlap at all)."""
+    layers = _check(layers)
+    n_params = sum(len(layer.param_bytes) for layer in layers)
+    return _play(layers, [list(range(n_params))], link, launch_at_end=True,
+                 forward_s=forward_s, optimizer_s=optimizer_s, name=name)
+
+
+def best_cap(layers, caps_bytes, link, **kwargs):
+    """The cap among ``caps_bytes`` with the shortest step, and every cap's timeline (a dict)."""
+    timelines = {cap: simulate(layers, cap, link, **kwargs) for cap in caps_bytes}
+    return min(timelines, key=lambda cap: (timelines[cap].step_s, cap)), timelines
+
+
+def uniform_layers(n_layers, param_bytes, backward_s, prefix="layer"):
+    """``n_layers`` identical layers in backward order, named from the last (``layer{n-1}``) to ``layer0``."""
+    if int(n_layers) != n_layers or n_layers < 1:
+        raise ValueError(f"n_layers must be a whole number >= 1, got {n_layers}")
+    return [Layer(f"{prefix}{i}", backward_s, param_bytes) for i in reversed(range(int(n_layers)))]

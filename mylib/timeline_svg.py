@@ -1,0 +1,264 @@
+"""Drawing timelines: the model's and a measured run's, with one drawing code.
+
+:func:`draw_timelines` stacks timelines on one time axis, each with a
+compute lane (forward, backward per layer, optimizer) and a comm lane (one box
+per all-reduce), marks where the backward ends, shades the exposed
+communication in red and prints the panel of numbers: step time, exposed
+communication, overlap, buckets. Each number also sits in the SVG as
+``data-metric``/``data-value`` attributes, so a test can read it exactly.
+
+:func:`bucketing_figure` is chapter 3's interactive figure (a render function
+for :class:`mylib.livefig.LiveFigure`) and :func:`ddp_step_strip` its
+six-panel strip of one DDP step. Standard library only (runs under Pyodide).
+"""
+
+from mylib import timeline as tl
+from mylib.buckets import MB
+from mylib.svg import PALETTE, Svg, format_seconds, ticks
+
+LANE_H, LANE_GAP, TITLE_H, BLOCK_GAP = 16, 4, 18, 14
+LEFT, PANEL_W, AXIS_H = 78, 190, 52
+
+
+def _fill(span, index):
+    """Alternate two shades per lane so neighbouring layers and buckets stay distinguishable."""
+    if span.kind == "allreduce":
+        return PALETTE["comm"] if index % 2 == 0 else PALETTE["comm_alt"]
+    if span.kind == "backward":
+        return PALETTE["compute"] if index % 2 == 0 else "#6baed6"
+    return PALETTE.get(span.kind, PALETTE["idle"])
+
+
+def _tooltip(span):
+    what = f"{span.label}: {span.kind}" if span.label and span.label != span.kind else span.kind
+    size = f", {span.nbytes / MB:.3g} MB" if span.nbytes else ""
+    return f"{what}{size}, {format_seconds(span.start_s)} to {format_seconds(span.end_s)}"
+
+
+def _metric_lines(timeline):
+    return [
+        ("step_s", "step", format_seconds(timeline.step_s)),
+        ("exposed_comm_s", "exposed comm", format_seconds(timeline.exposed_comm_s)),
+        ("overlap", "overlap", f"{timeline.overlap:.0%}"),
+        ("n_buckets", "buckets", str(timeline.n_buckets)),
+    ]
+
+
+def _draw_lanes(fig, timeline, y, x_of, *, upto_s=None, faint_after=False):
+    """Draw one timeline's lanes starting at height ``y``; spans after ``upto_s`` are faint or clipped."""
+    lane_y = {lane: y + i * (LANE_H + LANE_GAP) for i, lane in enumerate(timeline.lanes)}
+    for lane, ly in lane_y.items():
+        fig.rect(x_of(0), ly, x_of(timeline.step_s) - x_of(0), LANE_H, fill="#f4f4f4")
+        fig.text(LEFT - 6, ly + LANE_H - 4, lane, anchor="end", size=11, fill=PALETTE["muted"])
+    counters = {}
+    for span in timeline.spans:
+        if span.lane not in lane_y:
+            continue
+        i = counters[span.lane] = counters.get(span.lane, -1) + 1
+        start, end = span.start_s - timeline.start_s, span.end_s - timeline.start_s
+        opacity = None
+        if upto_s is not None and end > upto_s:
+            if start >= upto_s or faint_after:
+                opacity = 0.18
+            else:  # running at the cursor: draw the part done, the rest faint
+                fig.rect(x_of(start), lane_y[span.lane], x_of(upto_s) - x_of(start), LANE_H, fill=_fill(span, i))
+                start, opacity = upto_s, 0.18
+        fig.rect(x_of(start), lane_y[span.lane], max(x_of(end) - x_of(start), 0.6), LANE_H,
+                 fill=_fill(span, i), opacity=opacity, title=_tooltip(span))
+    return lane_y
+
+
+def _legend(fig, x, y):
+    items = [("forward", PALETTE["forward"]), ("backward, per layer", PALETTE["compute"]),
+             ("optimizer", PALETTE["optimizer"]), ("all-reduce, per bucket", PALETTE["comm"])]
+    for label, colour in items:
+        fig.rect(x, y - 9, 10, 10, fill=colour)
+        fig.text(x + 14, y, label, size=10, fill=PALETTE["muted"])
+        x += 24 + 5.6 * len(label)
+    fig.rect(x, y - 10, 16, 12, fill="none", stroke=PALETTE["exposed"], stroke_width=2)
+    fig.text(x + 20, y, "exposed communication", size=10, fill=PALETTE["muted"])
+    x += 30 + 5.6 * len("exposed communication")
+    fig.line(x, y - 11, x, y + 2, stroke=PALETTE["text"], stroke_dasharray="3,2")
+    fig.text(x + 5, y, "backward ends", size=10, fill=PALETTE["muted"])
+
+
+def draw_timelines(timelines, *, width=900, t_max_s=None, title=None, panel=True):
+    """One SVG of several timelines on a shared time axis (model above, measurement below, say).
+
+    ``t_max_s`` fixes the axis length (default: the longest step), so figures
+    for different slider positions can share a scale when wanted.
+    """
+    timelines = list(timelines)
+    if not timelines:
+        raise ValueError("draw_timelines needs at least one Timeline")
+    t_max = t_max_s or max(t.step_s for t in timelines) or 1e-9
+    plot_w = width - LEFT - (PANEL_W if panel else 12)
+    top = 24 if title else 6
+    block_h = TITLE_H + max(len(t.lanes) for t in timelines) * (LANE_H + LANE_GAP) + BLOCK_GAP
+    height = top + len(timelines) * block_h + AXIS_H
+    fig = Svg(width, height, label=title or "timeline of a data-parallel step")
+    if title:
+        fig.text(LEFT, 16, title, size=13, weight="bold")
+
+    def x_of(t):
+        return LEFT + plot_w * t / t_max
+
+    for tick in ticks(0, t_max):
+        fig.line(x_of(tick), top, x_of(tick), height - AXIS_H + 4, stroke=PALETTE["grid"])
+        fig.text(x_of(tick), height - AXIS_H + 17, format_seconds(tick, digits=2) if tick else "0",
+                 anchor="middle", size=10, fill=PALETTE["muted"])
+    fig.text(LEFT + plot_w / 2, height - AXIS_H + 30, "time since the step began", anchor="middle", size=10,
+             fill=PALETTE["muted"])
+    _legend(fig, LEFT, height - 8)
+    for k, timeline in enumerate(timelines):
+        y = top + k * block_h
+        fig.text(LEFT, y + 12, timeline.name, size=12, weight="bold")
+        lane_y = _draw_lanes(fig, timeline, y + TITLE_H, x_of)
+        end_bwd = timeline.backward_end_s
+        lanes_bottom = y + TITLE_H + len(timeline.lanes) * (LANE_H + LANE_GAP) - LANE_GAP
+        fig.line(x_of(end_bwd), y + TITLE_H - 3, x_of(end_bwd), lanes_bottom + 3, stroke=PALETTE["text"],
+                 stroke_dasharray="3,2")
+        if timeline.exposed_comm_s > 0 and tl.COMM in lane_y:
+            ly = lane_y[tl.COMM]
+            fig.rect(x_of(end_bwd), ly - 2, x_of(end_bwd + timeline.exposed_comm_s) - x_of(end_bwd), LANE_H + 4,
+                     fill="none", stroke=PALETTE["exposed"], stroke_width=2,
+                     title=f"exposed communication: {format_seconds(timeline.exposed_comm_s)}")
+        if panel:  # the numbers, one per line, each readable by a test from its data- attributes
+            for j, (key, label, text) in enumerate(_metric_lines(timeline)):
+                warn = key == "exposed_comm_s" and timeline.exposed_comm_s > 0
+                fig.text(width - PANEL_W + 12, y + 12 + j * 14, f"{label}: {text}", size=11,
+                         fill=PALETTE["exposed"] if warn else PALETTE["text"],
+                         data_timeline=k, data_metric=key, data_value=repr(getattr(timeline, key)))
+    return fig.to_string()
+
+
+HIDDEN = 2048  # the figure's layers are Linear(2048, 2048): a 16 MB fp32 weight and an 8 KB bias
+
+
+def figure_layers(n_layers, backward_ms_per_layer):
+    """The layers of :func:`bucketing_figure`: ``n_layers`` x Linear(2048, 2048) in fp32, backward order."""
+    return tl.uniform_layers(n_layers, (4 * HIDDEN, 4 * HIDDEN * HIDDEN), backward_ms_per_layer * 1e-3)
+
+
+def bucketing_timelines(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=10.0, latency_us=20.0,
+                        backward_ms_per_layer=3.0, ranks=8):
+    """The three timelines of :func:`bucketing_figure`: all at end, per parameter, DDP's buckets."""
+    layers = figure_layers(n_layers, backward_ms_per_layer)
+    link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
+    return [tl.all_at_end(layers, link), tl.per_parameter(layers, link),
+            tl.simulate(layers, bucket_cap_mb * MB, link, name=f"buckets of {bucket_cap_mb:g} MB (DDP)")]
+
+
+def bucketing_figure(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=10.0, latency_us=20.0,
+                     backward_ms_per_layer=3.0, ranks=8):
+    """Chapter 3's figure: the two baselines and DDP's buckets for one set of slider values (an SVG string).
+
+    Bandwidth is in GB/s (1e9 bytes/s), the cap in MB (2**20 bytes, as
+    PyTorch's ``bucket_cap_mb``), latency in microseconds per message.
+    """
+    rows = bucketing_timelines(n_layers, bucket_cap_mb, bandwidth_gb_s, latency_us, backward_ms_per_layer, ranks)
+    grads = HIDDEN * (HIDDEN + 1) * 4 * n_layers
+    title = (f"{n_layers} layers, {grads / MB:,.0f} MB of gradients, {ranks} ranks, "
+             f"{bandwidth_gb_s:g} GB/s, {latency_us:g} us per message")
+    return draw_timelines(rows, title=title)
+
+
+# The sliders of the chapter's LiveFigure(bucketing_figure, BUCKETING_SLIDERS) (dicts: no import of livefig here).
+BUCKETING_SLIDERS = [
+    dict(name="n_layers", label="layers", min=2, max=96, step=1, default=24),
+    dict(name="bucket_cap_mb", label="bucket cap",
+         options=[("0: per parameter", 0.0)] + [(f"{c:g} MB", c) for c in (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0,
+                                                                            200.0, 400.0)], default=25.0),
+    dict(name="bandwidth_gb_s", label="bandwidth",
+         options=[(f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)], default=10.0),
+    dict(name="latency_us", label="latency per message",
+         options=[(f"{a:g} us", a) for a in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)], default=20.0),
+    dict(name="backward_ms_per_layer", label="backward per layer", min=0.5, max=10.0, step=0.5, default=3.0,
+         unit="ms"),
+    dict(name="ranks", label="ranks", options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)], default=8),
+]
+
+
+STRIP_CAPTIONS = (
+    "1. forward",
+    "2. backward of the last layers",
+    "3. the first bucket fires",
+    "4. backward and all-reduce overlap",
+    "5. wait for the last bucket",
+    "6. optimizer step",
+)
+
+
+def strip_moments(timeline):
+    """The six moments of :func:`ddp_step_strip`, in seconds since the step began."""
+    comm = [s for s in timeline.spans if s.kind == "allreduce"]
+    backward = [s for s in timeline.spans if s.kind == "backward"]
+    opt = [s for s in timeline.spans if s.kind == "optimizer"]
+    if not (comm and backward and opt and len(comm) >= 2 and timeline.exposed_comm_s > 0):
+        raise ValueError("the strip needs a forward, an optimizer step, >= 2 buckets and some exposed communication")
+    t0 = timeline.start_s
+    first = comm[0].start_s - t0
+    bwd_start, bwd_end = backward[0].start_s - t0, timeline.backward_end_s
+    return [
+        backward[0].start_s / 2 - t0 / 2,
+        (bwd_start + first) / 2,
+        first + min(comm[0].duration_s, bwd_end - first) / 2,
+        (max(first + comm[0].duration_s, bwd_start) + bwd_end) / 2,
+        bwd_end + timeline.exposed_comm_s / 2,
+        (opt[0].start_s + opt[0].end_s) / 2 - t0,
+    ]
+
+
+BUCKET_STATES = {"filling": PALETTE["idle"], "queued": "#fdd0a2", "all-reducing": PALETTE["comm"],
+                 "averaged": PALETTE["accent"]}
+
+
+def bucket_states(timeline, t):
+    """Each bucket at time ``t``: filling (gradients missing), queued (ready, link busy), all-reducing, averaged."""
+    states = []
+    for span in (s for s in timeline.spans if s.kind == "allreduce"):
+        ready, start, end = (x - timeline.start_s for x in (span.ready_s, span.start_s, span.end_s))
+        states.append("averaged" if end <= t else "all-reducing" if start <= t else "queued" if ready <= t
+                      else "filling")
+    return states
+
+
+def ddp_step_strip(timeline, *, width=900):
+    """Six panels of one DDP step, each the timeline up to a moment, with every bucket's state."""
+    moments = strip_moments(timeline)
+    cols, panel_w, panel_h = 3, width / 3, 132
+    fig = Svg(width, 2 * panel_h + 26, label="one DDP step in six panels")
+    for k, (t, caption) in enumerate(zip(moments, STRIP_CAPTIONS)):
+        ox, oy = (k % cols) * panel_w, (k // cols) * panel_h
+
+        def x_of(s, ox=ox):
+            return ox + LEFT * 0.7 + (panel_w - LEFT * 0.7 - 12) * s / timeline.step_s
+
+        fig.text(ox + 8, oy + 16, caption, size=12, weight="bold")
+        lanes_y = oy + 26
+        for i, lane in enumerate(timeline.lanes):
+            fig.text(ox + LEFT * 0.7 - 6, lanes_y + i * (LANE_H + LANE_GAP) + LANE_H - 4, lane, anchor="end",
+                     size=10, fill=PALETTE["muted"])
+        counters = {}
+        for span in timeline.spans:
+            i = counters[span.lane] = counters.get(span.lane, -1) + 1
+            ly = lanes_y + timeline.lanes.index(span.lane) * (LANE_H + LANE_GAP)
+            start, end = span.start_s - timeline.start_s, span.end_s - timeline.start_s
+            done_end = min(end, t)
+            if done_end > start:
+                fig.rect(x_of(start), ly, max(x_of(done_end) - x_of(start), 0.6), LANE_H, fill=_fill(span, i))
+            if end > t:
+                fig.rect(x_of(max(start, t)), ly, x_of(end) - x_of(max(start, t)), LANE_H, fill=_fill(span, i),
+                         opacity=0.15)
+        fig.line(x_of(t), lanes_y - 4, x_of(t), lanes_y + 2 * (LANE_H + LANE_GAP), stroke=PALETTE["text"],
+                 stroke_width=1.5)
+        states = bucket_states(timeline, t)
+        by = lanes_y + 2 * (LANE_H + LANE_GAP) + 10
+        fig.text(ox + 8, by + 10, "buckets", size=10, fill=PALETTE["muted"])
+        box = min(14.0, (panel_w - 70) / max(len(states), 1) - 2)
+        for j, state in enumerate(states):
+            fig.rect(ox + 58 + j * (box + 2), by, box, box, fill=BUCKET_STATES[state], title=f"bucket {j}: {state}")
+        counts = {s: states.count(s) for s in BUCKET_STATES}
+        fig.text(ox + 8, by + 32, ", ".join(f"{n} {s}" for s, n in counts.items() if n), size=10,
+                 fill=PALETTE["muted"])
+    return fig.to_string()

@@ -1,0 +1,201 @@
+"""The timeline model (mylib.timeline) and its drawing (mylib.timeline_svg)."""
+
+import math
+import xml.etree.ElementTree as ET
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mylib import timeline as tl
+from mylib import timeline_svg as ts
+from mylib.buckets import MB, assign_buckets
+from mylib.costmodel import ring_all_reduce_time
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def comm_spans(timeline):
+    return [s for s in timeline.spans if s.kind == "allreduce"]
+
+
+def test_hand_computed_timeline():
+    # Three layers of 1 ms each; alpha 0, 2 ranks at 1000 bytes/s: an all-reduce of b bytes takes b/1000 s.
+    layers = [tl.Layer("c", 1e-3, (1,)), tl.Layer("b", 1e-3, (2,)), tl.Layer("a", 1e-3, (3,))]
+    link = tl.Link(2, 0.0, 1000.0)
+    t = tl.simulate(layers, cap_bytes=0, link=link)
+    # bucket 0: ready at 1 ms, 1 ms long; bucket 1: ready at 2 ms, 2 ms long; bucket 2: ready at 3 ms,
+    # waits for the link until 4 ms, 3 ms long: ends at 7 ms.
+    assert [x for s in comm_spans(t) for x in (s.start_s, s.end_s)] == pytest.approx([1e-3, 2e-3, 2e-3, 4e-3, 4e-3, 7e-3])
+    assert [s.ready_s for s in comm_spans(t)] == pytest.approx([1e-3, 2e-3, 3e-3])
+    assert t.backward_end_s == pytest.approx(3e-3)
+    assert t.step_s == pytest.approx(7e-3)
+    assert t.exposed_comm_s == pytest.approx(4e-3)
+    assert t.comm_s == pytest.approx(6e-3)
+    assert t.overlap == pytest.approx(2 / 6)
+    assert t.n_buckets == 3
+
+
+def test_baselines():
+    layers = tl.uniform_layers(4, (8, 1000), 2e-3)
+    link = tl.Link(4, 10e-6, 1e6)
+    end = tl.all_at_end(layers, link)
+    total = sum(layer.nbytes for layer in layers)
+    assert end.n_buckets == 1 and end.overlap == 0.0
+    assert end.exposed_comm_s == pytest.approx(ring_all_reduce_time(total, 4, 10e-6, 1e6))
+    assert end.step_s == pytest.approx(8e-3 + end.exposed_comm_s)
+    per = tl.per_parameter(layers, link)
+    assert per.n_buckets == 8
+    assert [s.nbytes for s in comm_spans(per)] == [8, 1000] * 4
+
+
+def test_buckets_come_from_the_shared_rule():
+    layers = tl.uniform_layers(10, (4096, 3 * MB), 1e-3)
+    sizes = [b for layer in layers for b in layer.param_bytes]
+    for cap in (0, MB, 5 * MB, 25 * MB):
+        t = tl.simulate(layers, cap, tl.Link(2, 1e-5, 1e9))
+        assert t.buckets == assign_buckets(sizes, cap)
+        assert [s.nbytes for s in comm_spans(t)] == [sum(sizes[i] for i in b) for b in t.buckets]
+    t = tl.simulate(layers, 25 * MB, tl.Link(2, 1e-5, 1e9), first_cap_bytes=7 * MB)
+    assert t.buckets == assign_buckets(sizes, 25 * MB, 7 * MB)
+
+
+def test_forward_and_optimizer_frame_the_step():
+    layers = tl.uniform_layers(3, (MB,), 1e-3)
+    link = tl.Link(2, 0.0, 1e9)
+    bare = tl.simulate(layers, MB, link)
+    full = tl.simulate(layers, MB, link, forward_s=5e-3, optimizer_s=2e-3)
+    assert full.step_s == pytest.approx(bare.step_s + 7e-3)
+    assert full.exposed_comm_s == pytest.approx(bare.exposed_comm_s)
+    assert [s.kind for s in full.spans][0] == "forward" and full.spans[-1].kind == "optimizer"
+
+
+def test_infinitely_fast_network_and_one_rank_hide_nothing():
+    layers = tl.uniform_layers(5, (100, 10_000), 1e-3)
+    for link in (tl.Link(8, 0.0, 1e30), tl.Link(1, 1e-3, 1.0)):
+        t = tl.simulate(layers, 0, link)
+        assert t.step_s == pytest.approx(5e-3)
+        assert t.exposed_comm_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_best_cap_trades_latency_against_the_exposed_tail():
+    # Slow per-message latency punishes tiny buckets; one huge bucket exposes everything.
+    layers = tl.uniform_layers(32, (4 * 2048, 16 * MB), 3e-3)
+    link = tl.Link(8, 200e-6, 10e9)
+    best, timelines = tl.best_cap(layers, [0, MB, 25 * MB, 10_000 * MB], link)
+    assert best == 25 * MB
+    assert timelines[0].step_s > timelines[25 * MB].step_s < timelines[10_000 * MB].step_s
+
+
+@pytest.mark.parametrize("bad, fix", [
+    (lambda: tl.Link(0, 1e-6, 1e9), "ranks"),
+    (lambda: tl.Link(2, -1, 1e9), "alpha_s"),
+    (lambda: tl.Link(2, 1e-6, 0), "bandwidth"),
+    (lambda: tl.Layer("x", -1, 10), "backward_s"),
+    (lambda: tl.Layer("x", 1e-3, (-5,)), "gradient sizes"),
+    (lambda: tl.simulate([], MB, tl.Link(2, 0, 1e9)), "at least one layer"),
+    (lambda: tl.simulate([(1e-3, 10)], MB, tl.Link(2, 0, 1e9)), "Layer objects"),
+    (lambda: tl.uniform_layers(0, 10, 1e-3), "n_layers"),
+])
+def test_bad_input_names_the_fix(bad, fix):
+    with pytest.raises((ValueError, TypeError), match=fix):
+        bad()
+
+
+layer_st = st.builds(
+    lambda t, sizes: (t, tuple(sizes)),
+    st.floats(0, 5e-3),
+    st.lists(st.integers(0, 8 * MB), min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    raw_layers=st.lists(layer_st, min_size=1, max_size=40),
+    cap=st.sampled_from([0, 1, 1000, MB, 5 * MB, 25 * MB]),
+    ranks=st.integers(1, 64),
+    alpha=st.floats(0, 1e-3),
+    bandwidth=st.floats(1e6, 1e12),
+)
+def test_timeline_invariants(raw_layers, cap, ranks, alpha, bandwidth):
+    layers = [tl.Layer(f"l{i}", t, sizes) for i, (t, sizes) in enumerate(raw_layers)]
+    link = tl.Link(ranks, alpha, bandwidth)
+    t = tl.simulate(layers, cap, link)
+    backward = sum(layer.backward_s for layer in layers)
+    comm = comm_spans(t)
+    eps = 1e-12 * max(1.0, t.step_s)
+    # The link carries one all-reduce at a time, in launch order, each after its bucket is ready.
+    for a, b in zip(comm, comm[1:]):
+        assert b.start_s >= a.end_s - eps
+    for span in comm:
+        assert span.start_s >= span.ready_s - eps
+        assert span.duration_s == pytest.approx(link.allreduce_s(span.nbytes))
+    assert t.backward_end_s == pytest.approx(backward)
+    assert t.step_s == pytest.approx(max(backward, comm[-1].end_s))
+    assert 0.0 <= t.exposed_comm_s <= t.comm_s + eps
+    assert 0.0 <= t.overlap <= 1.0 + 1e-9
+    # The last bucket holds the first layer's gradients: it cannot start before the backward ends.
+    assert t.exposed_comm_s >= comm[-1].duration_s - eps
+    # Never worse than sending the same buckets one after another after the backward.
+    assert t.step_s <= backward + sum(s.duration_s for s in comm) + eps
+    end = tl.all_at_end(layers, link)
+    assert end.step_s == pytest.approx(backward + link.allreduce_s(sum(layer.nbytes for layer in layers)))
+
+
+def metrics_in_svg(svg):
+    root = ET.fromstring(svg)
+    found = {}
+    for el in root.iter(f"{SVG_NS}text"):
+        if "data-metric" in el.attrib:
+            found[(int(el.attrib["data-timeline"]), el.attrib["data-metric"])] = float(el.attrib["data-value"])
+    return found
+
+
+def test_drawing_carries_every_number_exactly():
+    layers = ts.figure_layers(12, 2.0)
+    link = tl.Link(8, 20e-6, 10e9)
+    rows = [tl.all_at_end(layers, link), tl.simulate(layers, 25 * MB, link)]
+    svg = ts.draw_timelines(rows, title="a <test> & title")
+    found = metrics_in_svg(svg)  # also proves the SVG is well-formed XML (title escaped)
+    for k, t in enumerate(rows):
+        for key in ("step_s", "exposed_comm_s", "overlap", "n_buckets"):
+            assert found[(k, key)] == getattr(t, key)
+    assert "a &lt;test&gt; &amp; title" in svg
+
+
+def test_bucketing_figure_matches_the_model():
+    values = dict(n_layers=10, bucket_cap_mb=5.0, bandwidth_gb_s=25.0, latency_us=50.0, backward_ms_per_layer=1.5,
+                  ranks=16)
+    found = metrics_in_svg(ts.bucketing_figure(**values))
+    drawn = ts.bucketing_timelines(**values)
+    layers = ts.figure_layers(10, 1.5)
+    link = tl.Link(16, 50e-6, 25e9)
+    expected = [tl.all_at_end(layers, link), tl.per_parameter(layers, link), tl.simulate(layers, 5 * MB, link)]
+    for k, (d, t) in enumerate(zip(drawn, expected)):
+        for key in ("step_s", "exposed_comm_s", "overlap", "n_buckets"):
+            assert found[(k, key)] == getattr(d, key)
+            assert getattr(d, key) == pytest.approx(getattr(t, key))
+
+
+def test_step_strip_shows_six_moments_in_order():
+    t = tl.simulate(ts.figure_layers(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9), forward_s=10e-3, optimizer_s=4e-3)
+    moments = ts.strip_moments(t)
+    assert moments == sorted(moments) and 0 < moments[0] and moments[-1] < t.step_s
+    states = [ts.bucket_states(t, m) for m in moments]
+    assert set(states[0]) == {"filling"} and set(states[-1]) == {"averaged"}
+    assert "all-reducing" in states[2]
+    assert "filling" not in states[4]  # waiting after the backward: every bucket is full
+    svg = ts.ddp_step_strip(t)
+    ET.fromstring(svg)
+    for caption in ts.STRIP_CAPTIONS:
+        assert caption in svg
+    with pytest.raises(ValueError, match="optimizer"):
+        ts.strip_moments(tl.simulate(ts.figure_layers(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9)))
+
+
+def test_default_figure_has_the_chapter_story():
+    # The chapter's default slider position must show what the text says: buckets beat both baselines.
+    found = metrics_in_svg(ts.bucketing_figure())
+    end, per, buckets = (found[(k, "step_s")] for k in range(3))
+    assert buckets < per < end
+    assert found[(2, "overlap")] > 0.8 and not math.isnan(found[(2, "overlap")])
