@@ -116,7 +116,8 @@ def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout
             f"{torch.cuda.device_count()} GPUs. Use backend='gloo' to run on the CPU."
         )
     ctx = _context()
-    payload = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    # sys.path travels too: fn may live in a module only the caller can import (a test folder, say).
+    payload = (list(sys.path), cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))))
     # The parent owns the rendezvous store: port 0 lets the OS choose a free
     # port, and holding it open means no other launch can grab it meanwhile.
     store = dist.TCPStore(HOST, 0, world_size + 1, is_master=True,
@@ -270,7 +271,9 @@ def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, l
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
-            fn, args, kwargs = cloudpickle.loads(payload)
+            parent_path, pickled = payload
+            sys.path[:0] = [p for p in parent_path if p not in sys.path]
+            fn, args, kwargs = cloudpickle.loads(pickled)
             if backend == "nccl":
                 torch.cuda.set_device(rank)
             timeout = datetime.timedelta(seconds=timeout_s)

@@ -1,0 +1,257 @@
+"""MyDDP: data parallelism with bucketed all-reduce that overlaps the backward pass.
+
+Every rank holds a full copy of the model and computes gradients on its own
+slice of the batch. Before the optimizer step the gradients are averaged over
+ranks, so every rank takes the same step and the copies stay identical.
+
+What makes it fast is *when* the averaging happens:
+
+1. Gradients are grouped into buckets in backward order (``mylib.buckets``).
+2. Each parameter's gradient lands in a slice of its bucket's flat buffer
+   (``param.grad`` *is* a view of the buffer, as with PyTorch's
+   ``gradient_as_bucket_view=True``), so a bucket is sent without copying.
+3. A hook fires as soon as autograd has accumulated a parameter's gradient;
+   when a bucket is complete its all-reduce is launched asynchronously while
+   autograd keeps computing the gradients of earlier layers.
+4. ``finish_gradient_sync()`` waits for the buckets still in flight; only the
+   last ones are exposed.
+
+Usage, on every rank::
+
+    model = MyDDP(net, bucket_cap_mb=25)
+    loss_fn(model(x), y).backward()
+    model.finish_gradient_sync()
+    optimizer.step()
+"""
+
+import contextlib
+import functools
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mylib import comm
+from mylib.buckets import MB, assign_buckets
+
+
+class Bucket:
+    """Gradients that travel in one all-reduce: one flat buffer, one view per parameter.
+
+    Besides its attributes it offers the methods of PyTorch's ``GradBucket``
+    (``buffer()``, ``index()``, ``parameters()``, ``gradients()``,
+    ``is_last()``), so a communication hook written for DDP runs unchanged.
+    """
+
+    def __init__(self, index, params, names, is_last):
+        self._index, self._is_last = index, is_last
+        self.params, self.names = params, names
+        self.numel = sum(p.numel() for p in params)
+        self.flat = torch.zeros(self.numel, dtype=params[0].dtype, device=params[0].device)
+        self.nbytes = comm.nbytes(self.flat)
+        self.views, offset = [], 0
+        for p in params:
+            self.views.append(self.flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.ready = set()  # slots whose gradient arrived in this backward
+
+    def is_full(self):
+        return len(self.ready) == len(self.params)
+
+    def buffer(self):
+        return self.flat
+
+    def index(self):
+        return self._index
+
+    def parameters(self):
+        return list(self.params)
+
+    def gradients(self):
+        return list(self.views)
+
+    def is_last(self):
+        return self._is_last
+
+    def __repr__(self):
+        return f"Bucket({self._index}, {len(self.params)} params, {self.nbytes / MB:.2f} MB)"
+
+
+def allreduce_average_hook(process_group, bucket):
+    """The default communication hook: average the bucket over ranks.
+
+    Dividing before the sum (rather than after) keeps the values in range for
+    low-precision gradients; it is what PyTorch's default hook does.
+    """
+    flat = bucket.buffer()
+    flat.div_(dist.get_world_size(process_group))
+    work = comm.all_reduce(flat, group=process_group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+class MyDDP(nn.Module):
+    """Wrap ``module`` so that its gradients are averaged over all ranks.
+
+    ``bucket_cap_mb`` caps a bucket (0 means one bucket per parameter);
+    ``first_bucket_cap_mb`` caps the first one (default: ``min(1, cap)``, as
+    PyTorch, so the first all-reduce starts early). ``broadcast_buffers``
+    copies rank 0's buffers (e.g. BatchNorm statistics) to every rank before
+    each forward. ``find_unused_parameters`` treats a parameter that got no
+    gradient as a zero gradient instead of raising.
+    """
+
+    def __init__(self, module, bucket_cap_mb=25.0, first_bucket_cap_mb=None, broadcast_buffers=True,
+                 find_unused_parameters=False, process_group=None):
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError("MyDDP needs a process group: build it inside mylib.run_ranks(...), "
+                               "or call mylib.init_from_env() (torchrun) / dist.init_process_group() first")
+        if not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb < 0:
+            raise ValueError(f"bucket_cap_mb must be a number >= 0 (0 = one bucket per parameter), got {bucket_cap_mb!r}")
+        self.module = module
+        self.process_group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self.broadcast_buffers = broadcast_buffers
+        self.find_unused_parameters = find_unused_parameters
+        self.tracer = None  # callable(event, t, **fields): see mylib.tracer
+        self._check_same_model_on_every_rank()
+        self._broadcast_from_rank0(t for _, t in self._params_and_buffers())
+
+        # Backward order is roughly the reverse of registration order.
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad][::-1]
+        if not named:
+            raise ValueError("the module has no parameter that requires grad: there is nothing to synchronise")
+        cap = int(bucket_cap_mb * MB)
+        first_cap = None if first_bucket_cap_mb is None else int(first_bucket_cap_mb * MB)
+        groups = assign_buckets([p.numel() * p.element_size() for _, p in named], cap, first_cap,
+                                keys=[(p.dtype, p.device) for _, p in named])
+        self.buckets = [Bucket(i, [named[j][1] for j in g], [named[j][0] for j in g], i == len(groups) - 1)
+                        for i, g in enumerate(groups)]
+        self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self._on_grad_ready, b, slot))
+                       for b in self.buckets for slot, p in enumerate(b.params)]
+        self._comm_hook, self._comm_state = allreduce_average_hook, process_group
+        self._sync_enabled = True
+        self._reset_iteration()
+
+    # -- the step ---------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        if self._backward_seen:
+            raise RuntimeError("the previous backward's gradients were never synchronised: call "
+                               "finish_gradient_sync() after loss.backward() and before optimizer.step()")
+        if self.broadcast_buffers and self.world_size > 1:
+            self._broadcast_from_rank0(self.module.buffers())
+        return self.module(*args, **kwargs)
+
+    def _on_grad_ready(self, bucket, slot, param):
+        """Autograd has accumulated ``param.grad``: file it in its bucket, maybe launch."""
+        self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
+        if not self._sync_enabled:
+            return  # no_sync(): gradients keep accumulating locally
+        if not self._backward_seen:
+            self._backward_seen, self.allreduces_in_backward = True, 0
+        if slot in bucket.ready:
+            raise RuntimeError(f"parameter {bucket.names[slot]!r} got a second gradient before finish_gradient_sync(): "
+                               "run one backward per synchronised step (use no_sync() to accumulate micro-steps)")
+        view = bucket.views[slot]
+        if param.grad.data_ptr() != view.data_ptr():
+            # First backward, or zero_grad(set_to_none=True): autograd made a
+            # fresh tensor. Copy it in and make .grad a view again.
+            view.copy_(param.grad)
+            param.grad = view
+        bucket.ready.add(slot)
+        if bucket.is_full():
+            self._launch_ready_buckets()
+            self.allreduces_in_backward = self._next_bucket
+
+    def _launch_ready_buckets(self):
+        # Collectives are matched by order, not by name: every rank must launch
+        # bucket 0, then 1, ... even if its gradients arrive in another order.
+        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].is_full():
+            bucket = self.buckets[self._next_bucket]
+            self._trace("bucket_launch", bucket=bucket.index())
+            future = self._comm_hook(self._comm_state, bucket)
+            if self.tracer is not None:
+                future.add_done_callback(functools.partial(self._on_bucket_done, bucket.index()))
+            self._futures.append(future)
+            self._next_bucket += 1
+
+    def _on_bucket_done(self, index, _future):
+        self._trace("bucket_done", bucket=index)
+
+    def finish_gradient_sync(self):
+        """Wait for every bucket's all-reduce; afterwards ``p.grad`` holds the average over ranks."""
+        if not self._sync_enabled:
+            raise RuntimeError("finish_gradient_sync() was called inside no_sync(), where gradients stay local on "
+                               "purpose: run the last micro-step's forward and backward outside no_sync(), then call it")
+        if not self._backward_seen:
+            raise RuntimeError("finish_gradient_sync() was called without a backward() since the last call: "
+                               "call it exactly once per step, after loss.backward()")
+        missing = [b.names[s] for b in self.buckets for s in range(len(b.params)) if s not in b.ready]
+        if missing and not self.find_unused_parameters:
+            self._reset_iteration()
+            raise RuntimeError(
+                f"{len(missing)} parameter(s) got no gradient in this backward: {missing[:5]}. Every rank must "
+                "all-reduce every bucket, or the other ranks wait forever. Fix: freeze them "
+                "(p.requires_grad_(False)), remove them from the module, or pass find_unused_parameters=True")
+        for bucket in self.buckets:  # unused parameters contribute a zero gradient
+            for slot, p in enumerate(bucket.params):
+                if slot not in bucket.ready:
+                    bucket.views[slot].zero_()
+                    p.grad = bucket.views[slot]
+                    bucket.ready.add(slot)
+        self._launch_ready_buckets()
+        for bucket, future in zip(self.buckets, self._futures):
+            reduced = future.wait()
+            if reduced.data_ptr() != bucket.flat.data_ptr():  # a hook may return a new tensor
+                bucket.flat.copy_(reduced)
+        self._reset_iteration()
+        self._trace("sync_done")
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Inside this block backward only accumulates gradients locally (no communication)."""
+        previous, self._sync_enabled = self._sync_enabled, False
+        try:
+            yield
+        finally:
+            self._sync_enabled = previous
+
+    def register_comm_hook(self, state, hook):
+        """Replace how a bucket is reduced: ``hook(state, bucket) -> Future`` of the averaged flat tensor."""
+        if not callable(hook):
+            raise TypeError(f"hook must be callable as hook(state, bucket), got {type(hook).__name__}")
+        self._comm_hook, self._comm_state = hook, state
+
+    # -- helpers ----------------------------------------------------------
+    def _reset_iteration(self):
+        for bucket in self.buckets:
+            bucket.ready.clear()
+        self._next_bucket, self._futures, self._backward_seen = 0, [], False
+        self.allreduces_in_backward = getattr(self, "allreduces_in_backward", 0)
+
+    def _trace(self, event, **fields):
+        if self.tracer is not None:
+            self.tracer(event, time.perf_counter(), **fields)
+
+    def _params_and_buffers(self):
+        return [*self.module.named_parameters(), *self.module.named_buffers()]
+
+    def _broadcast_from_rank0(self, tensors):
+        src = dist.get_global_rank(self.process_group, 0) if self.process_group is not None else 0
+        with torch.no_grad():
+            for t in tensors:
+                comm.broadcast(t.data, src=src, group=self.process_group)
+
+    def _check_same_model_on_every_rank(self):
+        # A mismatch would otherwise surface as a hang or a garbled broadcast.
+        mine = [(name, tuple(t.shape), str(t.dtype)) for name, t in self._params_and_buffers()]
+        everyone = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=self.process_group)
+        for rank, theirs in enumerate(everyone):
+            if theirs != everyone[0]:
+                detail = next((f"{a[0]!r} is {a[1:]} on rank 0 but {b[0]!r} is {b[1:]} on rank {rank}"
+                               for a, b in zip(everyone[0], theirs) if a != b),
+                              f"rank 0 has {len(everyone[0])} tensors, rank {rank} has {len(theirs)}")
+                raise ValueError(f"the module differs across ranks: {detail}. Every rank must build the same "
+                                 "model (same layers, shapes and dtypes) before wrapping it in MyDDP")
