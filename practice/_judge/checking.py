@@ -87,7 +87,7 @@ def expect_type(got, types, *, input, what="the result"):
 def expect_equal(got, expected, *, input, what="the result"):
     """Fail unless ``got == expected`` (exactly)."""
     if got != expected or type(got) is not type(expected) and not _same_kind(got, expected):
-        fail(f"{what} is wrong", input=input, expected=expected, got=got)
+        fail(f"wrong answer for {what}", input=input, expected=expected, got=got)
 
 
 def _same_kind(a, b):
@@ -100,7 +100,7 @@ def expect_close(got, expected, *, input, what="the result", rel=1e-9, abs_tol=1
     """Fail unless numbers (or nested lists/tuples/dicts of numbers) agree within tolerance."""
     problem = _closeness_problem(got, expected, rel, abs_tol, path="")
     if problem:
-        fail(f"{what} is wrong{problem}", input=input, expected=expected, got=got)
+        fail(f"wrong answer for {what}{problem}", input=input, expected=expected, got=got)
 
 
 def _closeness_problem(got, expected, rel, abs_tol, path):

@@ -37,7 +37,12 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
             cloudpickle.register_pickle_by_value(module)  # checks.py is not importable by name in a rank
     args = tuple(_by_path(a) for a in args)
     timeout_s = RANK_TIMEOUT_S if timeout_s is None else min(timeout_s, RANK_TIMEOUT_S)
-    return run_ranks(worker, world_size, args=args, timeout_s=timeout_s, show_output=True)
+    return run_ranks(_call_resolved, world_size, args=(worker,) + args, timeout_s=timeout_s, show_output=True)
+
+
+def _call_resolved(worker, *args):
+    """In a rank: load the reader's objects from their file, then run the worker on them."""
+    return worker(*(a.resolve() if isinstance(a, ReaderObject) else a for a in args))
 
 
 def _by_path(obj):
