@@ -133,3 +133,24 @@ def max_params_that_fit(memory_bytes, world_size, stage, k=ADAM_MIXED_PRECISION_
     """The largest psi whose model state fits in ``memory_bytes`` per rank (activations not counted)."""
     per_param = memory_per_rank(1.0, world_size, stage, k, param_bytes, grad_bytes).total
     return memory_bytes / per_param
+
+
+def min_ranks_to_fit(num_params, stage, memory_bytes, k=ADAM_MIXED_PRECISION_K, param_bytes=2, grad_bytes=2):
+    """The fewest ranks N at which ``stage`` fits ``num_params`` in ``memory_bytes`` per rank, or None if none does.
+
+    Per-rank memory is ``A + B / N``: A, what every rank replicates, B what
+    is sharded. It fits once ``N >= B / (memory_bytes - A)``; never when
+    ``A >= memory_bytes`` (DDP's A is everything: more ranks do not help).
+    """
+    one = memory_per_rank(num_params, 1, stage, k, param_bytes, grad_bytes).total
+    two = memory_per_rank(num_params, 2, stage, k, param_bytes, grad_bytes).total
+    sharded = 2 * (one - two)
+    replicated = one - sharded
+    if one <= memory_bytes:
+        return 1
+    if replicated >= memory_bytes:
+        return None
+    n = max(1, int(sharded // (memory_bytes - replicated)))
+    while memory_per_rank(num_params, n, stage, k, param_bytes, grad_bytes).total > memory_bytes:
+        n += 1  # the division may land one short by rounding
+    return n

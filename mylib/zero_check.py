@@ -174,6 +174,11 @@ def train_rank(setup, config):
             "peak_gathered_bytes": getattr(wrapped, "peak_gathered_bytes", None)}
 
 
+def train_setups(setups, config):
+    """Run on every rank: :func:`train_rank` for each setup in turn (one launch for many checks)."""
+    return {setup: train_rank(setup, config) for setup in setups}
+
+
 def max_diff(a, b):
     """The largest absolute difference between two ``{name: tensor}`` dicts with the same names and shapes."""
     if a.keys() != b.keys():
