@@ -190,3 +190,39 @@ def test_exercises_link_to_their_solutions(site, chromium):
         assert "Exercise 1" in text or "Exercise " in text, f"{page}: exercises are not numbered"
         solution_links = [h for h in parsed.links if h.startswith("#") and h[1:] in parsed.ids]
         assert solution_links, f"{page}: no solution links to its exercise"
+
+
+def live_figure_pages():
+    """Chapter pages whose built HTML holds an interactive (Pyodide-backed) figure."""
+    return [p for p in chapter_pages()
+            if 'class="livefig"' in (SITE / p).read_text(encoding="utf-8")
+            and "data-module=" in (SITE / p).read_text(encoding="utf-8")]
+
+
+@pytest.mark.parametrize("page", live_figure_pages() or ["(no live figure built)"])
+def test_every_chapter_live_figure_redraws(site, chromium, page):
+    """On each chapter with live figures: the default drawing shows, a slider moves, Python redraws it."""
+    if page == "(no live figure built)":
+        pytest.skip("no chapter with a live figure in the built site yet")
+    with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
+        figures = tab.locator(".livefig[data-module]")
+        for i in range(figures.count()):
+            fig = figures.nth(i)
+            fig.scroll_into_view_if_needed()
+            before = fig.locator(".livefig-figure").inner_html()
+            assert "<svg" in before or "<table" in before, f"{page}: figure {i} shows no default drawing"
+            slider = fig.locator(".livefig-controls input[type=range]").first
+            renders = int(fig.get_attribute("data-renders") or 0)
+            slider.focus()
+            # Move to the other end of the range, so the value surely changes.
+            at_max = slider.evaluate("e => Number(e.value) >= Number(e.max)")
+            slider.press("Home" if at_max else "End")
+            tab.wait_for_function(
+                "([el, n]) => Number(el.dataset.renders) > n || el.dataset.state === 'error'",
+                arg=[fig.element_handle(), renders], timeout=90000)
+            assert fig.get_attribute("data-state") == "live", (
+                f"{page}: figure {i} ended in state {fig.get_attribute('data-state')}: "
+                + fig.locator(".livefig-status").inner_text())
+            after = fig.locator(".livefig-figure").inner_html()
+            assert after != before, f"{page}: figure {i} did not change when its slider moved"
+    assert not problems, f"{page}:\n" + "\n".join(problems)

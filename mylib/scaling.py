@@ -1,0 +1,195 @@
+"""Scaling efficiency: what the n-th rank buys, from the timeline model.
+
+Data parallelism splits the *samples*. At a fixed global batch ``B``, each of
+``n`` ranks computes ``B / n`` samples, so its forward and backward shrink as
+``1 / n``. The gradient does not shrink: every rank all-reduces all ``G``
+bytes of it, and a ring all-reduce takes
+
+    T_ring(n) = 2 (n - 1) alpha  +  2 (n - 1) / n * G / beta,
+
+which *grows* with ``n`` towards ``2 G / beta``. While the backward of one rank
+is longer than its all-reduce, buckets hide the communication behind it (chapter
+3) and the step time falls as ``1 / n``; once it is shorter, the step is bound
+by communication and another rank buys almost nothing.
+
+This module plays that out with :func:`mylib.timeline.simulate` (the same
+model, the same bucketing rule as ``MyDDP``): the layers of a model measured or
+assumed on one rank, scaled to each rank count, give the step time, the
+exposed communication, the speed-up and the efficiency (speed-up / n). It also
+holds the arithmetic of stragglers: a synchronous step waits for the slowest
+rank.
+
+Standard library only: it runs in the reader's browser behind the chapter's
+sliders (:mod:`mylib.scaling_svg`).
+"""
+
+from mylib.buckets import MB, assign_buckets
+from mylib.costmodel import ring_all_reduce_time
+from mylib.timeline import Layer, Link, simulate
+
+STRONG = "strong"  # fixed global batch: each rank computes B / n samples
+WEAK = "weak"      # fixed batch per rank: the global batch grows with n
+
+
+def compute_factor(ranks, mode=STRONG, cores=None):
+    """How long one rank computes, relative to one rank on the reference batch.
+
+    ``mode=STRONG`` (fixed global batch): ``1 / ranks``. ``mode=WEAK`` (fixed
+    batch per rank): 1. ``cores``: when the ranks share a machine with fewer
+    cores than ranks (this book's CPU runs), they take turns, which stretches
+    their compute by ``ranks / cores``.
+    """
+    if int(ranks) != ranks or ranks < 1:
+        raise ValueError(f"ranks must be a whole number >= 1, got {ranks}")
+    if mode not in (STRONG, WEAK):
+        raise ValueError(f"mode must be {STRONG!r} (fixed global batch) or {WEAK!r} (fixed batch per rank), got {mode!r}")
+    factor = 1.0 / ranks if mode == STRONG else 1.0
+    if cores is not None:
+        if cores < 1:
+            raise ValueError(f"cores must be >= 1, got {cores}")
+        factor *= max(1.0, ranks / cores)
+    return factor
+
+
+def per_rank_layers(layers, ranks, mode=STRONG, cores=None):
+    """``layers`` (backward times on one rank, reference batch) as each of ``ranks`` ranks computes them.
+
+    Compute is scaled by :func:`compute_factor`; gradient sizes are not:
+    every rank holds and all-reduces the whole gradient.
+    """
+    factor = compute_factor(ranks, mode, cores)
+    return [Layer(layer.name, layer.backward_s * factor, layer.param_bytes) for layer in layers]
+
+
+def scaled_step(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG, forward_s=0.0,
+                optimizer_s=0.0, cores=None, first_cap_bytes=None):
+    """The timeline of one step on ``ranks`` ranks (a :class:`mylib.timeline.Timeline`).
+
+    ``layers`` are in backward order with their backward time on ONE rank for
+    the reference batch (the global batch for ``mode=STRONG``); ``forward_s``
+    likewise. The optimizer step is not divided: every rank updates every
+    parameter (chapter 6 shards it).
+    """
+    factor = compute_factor(ranks, mode, cores)
+    return simulate(per_rank_layers(layers, ranks, mode, cores), cap_bytes, Link(ranks, alpha_s, bandwidth),
+                    first_cap_bytes=first_cap_bytes, forward_s=forward_s * factor, optimizer_s=optimizer_s,
+                    name=f"{ranks} rank{'s' if ranks > 1 else ''}")
+
+
+def scaling_table(layers, ranks_list, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG, forward_s=0.0,
+                  optimizer_s=0.0, cores=None):
+    """One row per rank count: step time, its parts, speed-up and efficiency over one rank.
+
+    Each row is a dict with ``ranks``, ``compute_s`` (forward + backward of one
+    rank), ``backward_s``, ``comm_s`` (the link busy with the buckets'
+    all-reduces, overlapped or not), ``exposed_comm_s``, ``step_s``, ``speedup`` and ``efficiency``. Speed-up is
+    in samples per second over one rank's: ``T(1) / T(n)`` at a fixed global
+    batch, ``n T(1) / T(n)`` at a fixed batch per rank; efficiency is speed-up / n.
+    """
+    ranks_list = list(ranks_list)
+    if not ranks_list:
+        raise ValueError("give at least one rank count, e.g. [1, 2, 4, 8]")
+    one = scaled_step(layers, 1, alpha_s, bandwidth, cap_bytes, mode=mode, forward_s=forward_s,
+                      optimizer_s=optimizer_s, cores=cores)
+    rows = []
+    for n in ranks_list:
+        t = one if n == 1 else scaled_step(layers, n, alpha_s, bandwidth, cap_bytes, mode=mode,
+                                           forward_s=forward_s, optimizer_s=optimizer_s, cores=cores)
+        factor = compute_factor(n, mode, cores)
+        backward_s = sum(layer.backward_s for layer in layers) * factor
+        speedup = one.step_s / t.step_s * (1 if mode == STRONG else n)
+        rows.append({
+            "ranks": n,
+            "compute_s": forward_s * factor + backward_s,
+            "backward_s": backward_s,
+            "comm_s": t.comm_s,
+            "exposed_comm_s": t.exposed_comm_s,
+            "step_s": t.step_s,
+            "speedup": speedup,
+            "efficiency": speedup / n,
+        })
+    return rows
+
+
+def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_layer=7):
+    """Layers in backward order for a what-if: ``n_layers`` blocks of equal weight matrices.
+
+    ``grad_bytes`` in all and ``backward_s`` of backward compute in all, spread
+    evenly; 7 tensors a block is a transformer block's query, key, value,
+    output and three MLP matrices. For a model you can run, measure instead
+    (:mod:`mylib.tracer`).
+    """
+    if n_layers < 1 or tensors_per_layer < 1:
+        raise ValueError(f"need n_layers >= 1 and tensors_per_layer >= 1, got {n_layers} and {tensors_per_layer}")
+    tensor_bytes = grad_bytes / (n_layers * tensors_per_layer)
+    return [Layer(f"block{i}", backward_s / n_layers, [tensor_bytes] * tensors_per_layer)
+            for i in reversed(range(n_layers))]
+
+
+def ring_limit_s(grad_bytes, bandwidth):
+    """What a ring all-reduce of ``grad_bytes`` tends to as ranks grow: ``2 G / beta`` (no latency)."""
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
+    return 2.0 * grad_bytes / bandwidth
+
+
+def bucket_bytes(layers, cap_bytes=25 * MB, first_cap_bytes=None):
+    """Bytes of each bucket ``MyDDP`` (and DDP) would build for these layers."""
+    sizes = [b for layer in layers for b in layer.param_bytes]
+    return [sum(sizes[i] for i in bucket) for bucket in assign_buckets(sizes, cap_bytes, first_cap_bytes)]
+
+
+def bucketed_comm_s(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, first_cap_bytes=None):
+    """Seconds the link is busy per step: one ring all-reduce per bucket.
+
+    ``K`` buckets of ``G`` bytes in all cost ``2(n-1) K alpha + 2(n-1)/n G / beta``:
+    the bandwidth term is the one of a single all-reduce, but every bucket
+    pays the latency again.
+    """
+    return sum(ring_all_reduce_time(b, ranks, alpha_s, bandwidth) for b in bucket_bytes(layers, cap_bytes, first_cap_bytes))
+
+
+def comm_bound_ranks(layers, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG, cores=None, max_ranks=1 << 16):
+    """The smallest rank count at which one rank's backward is shorter than its communication.
+
+    ``layers`` as for :func:`scaled_step`. From that rank count on, no
+    bucketing can hide the communication: at least the difference is
+    exposed. Returns None if it does not happen up to ``max_ranks``.
+    """
+    sizes = bucket_bytes(layers, cap_bytes)
+    backward_s = sum(layer.backward_s for layer in layers)
+    for n in range(2, int(max_ranks) + 1):
+        comm_s = sum(ring_all_reduce_time(b, n, alpha_s, bandwidth) for b in sizes)
+        if backward_s * compute_factor(n, mode, cores) < comm_s:
+            return n
+    return None
+
+
+# -- stragglers: a synchronous step waits for the slowest rank ---------------
+
+def synchronous_step_s(compute_s_per_rank, comm_s=0.0):
+    """Step time when every rank waits for all: the slowest rank's compute, then the communication."""
+    compute_s_per_rank = list(compute_s_per_rank)
+    if not compute_s_per_rank:
+        raise ValueError("give one compute time per rank")
+    return max(compute_s_per_rank) + comm_s
+
+
+def harmonic_number(n):
+    """``H_n = 1 + 1/2 + ... + 1/n``."""
+    if int(n) != n or n < 1:
+        raise ValueError(f"n must be a whole number >= 1, got {n}")
+    return sum(1.0 / k for k in range(1, int(n) + 1))
+
+
+def expected_slowest_delay_s(ranks, mean_delay_s):
+    """Expected delay of the slowest of ``ranks`` ranks, each delayed independently by Exp(mean).
+
+    The maximum of n independent exponential delays of mean ``m`` has mean
+    ``m * H_n`` (1.5 m for 2 ranks, 2.08 m for 4, 5.2 m for 100): random
+    hiccups that cost one rank little on average cost a synchronous job more
+    with every rank added.
+    """
+    if mean_delay_s < 0:
+        raise ValueError(f"mean_delay_s must be >= 0, got {mean_delay_s}")
+    return mean_delay_s * harmonic_number(ranks)

@@ -1,0 +1,243 @@
+"""Chapter 7: the scaling model, its figure, stragglers, and local SGD on real gloo groups."""
+
+import math
+import random
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mylib import run_ranks
+from mylib.buckets import MB, assign_buckets
+from mylib.costmodel import ring_all_reduce_time
+from mylib.local_sgd import LocalSGD, bytes_per_step
+from mylib.scaling import (STRONG, WEAK, bucket_bytes, bucketed_comm_s, comm_bound_ranks, compute_factor,
+                           expected_slowest_delay_s, harmonic_number, per_rank_layers, ring_limit_s, scaled_step,
+                           scaling_table, synchronous_step_s, transformer_like_layers)
+from mylib.scaling_svg import scaling_figure, scaling_rows
+from mylib.timeline import Layer, uniform_layers
+
+# -- the worked numbers of the chapter ---------------------------------------
+
+def test_worked_numbers_7b():
+    grad_bytes = 7e9 * 2  # bf16
+    # 8 ranks on 900 GB/s: 2 (n-1)/n G / beta = 27.2 ms; the many-rank limit 2 G / beta is 31.1 ms.
+    assert ring_all_reduce_time(grad_bytes, 8, 0.0, 900e9) == pytest.approx(0.0272222, rel=1e-5)
+    assert ring_limit_s(grad_bytes, 900e9) == pytest.approx(0.0311111, rel=1e-5)
+    # 64 ranks on 50 GB/s: 0.551 s of ring traffic against 0.8 s of backward.
+    assert ring_all_reduce_time(grad_bytes, 64, 0.0, 50e9) == pytest.approx(0.55125, rel=1e-9)
+    layers = transformer_like_layers(grad_bytes, 0.8 * 64)
+    t = scaled_step(layers, 64, 0.0, 50e9, 25 * MB)
+    assert t.backward_end_s == pytest.approx(0.8)
+    assert t.comm_s == pytest.approx(0.55125, rel=1e-6)
+    assert t.exposed_comm_s < 0.05  # hidden, but for the last block's buckets
+    # Halve the backward (128 ranks, same global batch): no longer hidden.
+    t128 = scaled_step(layers, 128, 0.0, 50e9, 25 * MB)
+    assert t128.exposed_comm_s > 0.15
+
+
+# -- the model ---------------------------------------------------------------
+
+def test_compute_factor():
+    assert compute_factor(1) == 1.0
+    assert compute_factor(4, STRONG) == 0.25
+    assert compute_factor(4, WEAK) == 1.0
+    assert compute_factor(4, STRONG, cores=2) == 0.5  # 4 ranks time-share 2 cores
+    assert compute_factor(2, STRONG, cores=2) == 0.5
+    with pytest.raises(ValueError, match="mode must be"):
+        compute_factor(2, "both")
+    with pytest.raises(ValueError, match="ranks must be"):
+        compute_factor(0)
+
+
+def test_one_rank_has_no_communication():
+    layers = uniform_layers(6, 4 * MB, 0.01)
+    t = scaled_step(layers, 1, 1e-5, 1e9, 25 * MB, forward_s=0.02, optimizer_s=0.005)
+    assert t.comm_s == 0.0 and t.exposed_comm_s == 0.0
+    assert t.step_s == pytest.approx(0.02 + 0.06 + 0.005)
+
+
+def test_gradient_sizes_do_not_shrink():
+    layers = uniform_layers(3, 1000, 0.3)
+    scaled = per_rank_layers(layers, 4)
+    assert [l.param_bytes for l in scaled] == [l.param_bytes for l in layers]
+    assert [l.backward_s for l in scaled] == pytest.approx([0.075] * 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 512), k=st.integers(1, 20), tensor_mb=st.floats(0.01, 200),
+       alpha_us=st.floats(0, 100), gbps=st.floats(0.1, 1000), cap_mb=st.sampled_from([0, 1, 25, 100]))
+def test_bucketed_comm_closed_form(n, k, tensor_mb, alpha_us, gbps, cap_mb):
+    """K buckets cost 2(n-1) K alpha + 2(n-1)/n G / beta, and the timeline's link is busy exactly that long."""
+    layers = [Layer(f"l{i}", 0.001, [int(tensor_mb * MB)]) for i in range(k)]
+    alpha, beta = alpha_us * 1e-6, gbps * 1e9
+    sizes = bucket_bytes(layers, int(cap_mb * MB))
+    assert len(sizes) == len(assign_buckets([int(tensor_mb * MB)] * k, int(cap_mb * MB)))
+    total = sum(sizes)
+    expected = 2 * (n - 1) * len(sizes) * alpha + 2 * (n - 1) / n * total / beta
+    assert bucketed_comm_s(layers, n, alpha, beta, int(cap_mb * MB)) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    t = scaled_step(layers, n, alpha, beta, int(cap_mb * MB))
+    assert t.comm_s == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(backward_s=st.floats(0.01, 100), grad_mb=st.floats(1, 5000), gbps=st.floats(1, 1000),
+       alpha_us=st.floats(0, 50))
+def test_comm_bound_ranks_is_the_first_crossing(backward_s, grad_mb, gbps, alpha_us):
+    layers = transformer_like_layers(grad_mb * MB, backward_s, n_layers=4, tensors_per_layer=2)
+    alpha, beta = alpha_us * 1e-6, gbps * 1e9
+    n = comm_bound_ranks(layers, alpha, beta, 25 * MB, max_ranks=4096)
+    if n is None:
+        assert backward_s / 4096 >= bucketed_comm_s(layers, 4096, alpha, beta, 25 * MB)
+        return
+    assert backward_s / n < bucketed_comm_s(layers, n, alpha, beta, 25 * MB)
+    if n > 2:
+        assert backward_s / (n - 1) >= bucketed_comm_s(layers, n - 1, alpha, beta, 25 * MB)
+
+
+def test_scaling_table_strong_and_weak():
+    layers = transformer_like_layers(14e9, 51.2)
+    rows = scaling_table(layers, [1, 2, 8, 64, 256], 5e-6, 50e9, forward_s=25.6)
+    assert rows[0]["speedup"] == 1.0 and rows[0]["efficiency"] == 1.0
+    for row in rows:
+        assert row["efficiency"] <= 1.0 + 1e-12
+        assert row["step_s"] >= row["compute_s"] - 1e-12
+        assert row["step_s"] == pytest.approx(row["compute_s"] + row["exposed_comm_s"])
+    effs = [r["efficiency"] for r in rows]
+    assert effs == sorted(effs, reverse=True)  # more ranks, lower efficiency
+    weak = scaling_table(layers, [1, 64], 5e-6, 50e9, mode=WEAK)
+    assert weak[1]["speedup"] == pytest.approx(64 * weak[0]["step_s"] / weak[1]["step_s"])
+    with pytest.raises(ValueError, match="at least one rank count"):
+        scaling_table(layers, [], 0, 1e9)
+
+
+# -- the figure --------------------------------------------------------------
+
+def test_scaling_figure_draws_the_model_numbers():
+    svg = scaling_figure(ranks=64)
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg == scaling_figure(ranks=64)  # deterministic: stored outputs stay current
+    row = next(r for r in scaling_rows() if r["ranks"] == 64)
+    summary = re.search(r'data-metric="summary"[^>]*>([^<]*)<', svg).group(1)
+    assert f"efficiency {row['efficiency']:.0%}" in summary
+    layers = transformer_like_layers(14e9, 1024 * 0.05)
+    bound = comm_bound_ranks(layers, 5e-6, 50e9, 25 * MB, max_ranks=1024)
+    assert f"Communication-bound from {bound} ranks" in svg
+    assert scaling_figure(ranks=8) != svg
+    with pytest.raises(ValueError):
+        scaling_figure(ranks=0)
+
+
+def test_scaling_figure_runs_in_the_browser():
+    """The render function imports only the standard library and stdlib-only mylib modules."""
+    browser = pytest.importorskip("mylib.browser")
+    modules = browser.module_closure("mylib.scaling_svg")
+    assert {"scaling_svg", "scaling", "timeline", "svg", "costmodel", "buckets"} <= set(modules)
+
+
+# -- stragglers --------------------------------------------------------------
+
+def test_synchronous_step_waits_for_the_slowest():
+    assert synchronous_step_s([0.1, 0.1, 0.4, 0.1], comm_s=0.05) == pytest.approx(0.45)
+    with pytest.raises(ValueError):
+        synchronous_step_s([])
+
+
+def test_expected_slowest_delay_matches_simulation():
+    assert harmonic_number(1) == 1.0 and harmonic_number(4) == pytest.approx(25 / 12)
+    rng = random.Random(0)
+    for n in (1, 2, 4, 16):
+        draws = [max(rng.expovariate(1 / 0.02) for _ in range(n)) for _ in range(20000)]
+        assert sum(draws) / len(draws) == pytest.approx(expected_slowest_delay_s(n, 0.02), rel=0.03)
+
+
+# -- local SGD on real gloo groups -------------------------------------------
+
+def _train_local_sgd(sync_every, steps, use_torch_averager, seed=0):
+    import torch.distributed as dist
+    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+    from mylib.comm import count_bytes
+    from mylib.local_sgd import LocalSGD
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(seed + rank)  # different initial weights: the broadcast must fix them
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if use_torch_averager:
+        for p in model.parameters():
+            dist.broadcast(p.data, 0)
+        averager = PeriodicModelAverager(period=sync_every, warmup_steps=sync_every - 1)
+    else:
+        local = LocalSGD(model, opt, sync_every)
+    gen = torch.Generator().manual_seed(1000 + rank)
+    with count_bytes() as stats:
+        for _ in range(steps):
+            x = torch.randn(8, 5, generator=gen)
+            torch.nn.functional.mse_loss(model(x), x[:, :2]).backward()
+            if use_torch_averager:
+                opt.step()
+                averager.average_parameters(model.parameters())
+            else:
+                local.step()
+            opt.zero_grad()
+    return [p.detach().clone() for p in model.parameters()], stats.by_op.get("all_reduce", 0)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("sync_every", [2, 4])
+def test_local_sgd_equals_pytorch_periodic_model_averager(world_size, sync_every):
+    ours = run_ranks(_train_local_sgd, world_size, args=(sync_every, 8, False), show_output=False)
+    theirs = run_ranks(_train_local_sgd, world_size, args=(sync_every, 8, True), show_output=False)
+    for (a, _), (b, _) in zip(ours, theirs):
+        for pa, pb in zip(a, b):
+            assert (pa - pb).abs().max().item() < 1e-6
+    # After a step that ends a period, every rank holds the same parameters.
+    for params, _ in ours[1:]:
+        for p, p0 in zip(params, ours[0][0]):
+            assert torch.equal(p, p0)
+    # Bytes: one all-reduce of all parameters per period.
+    n_params = sum(p.numel() for p in ours[0][0])
+    assert ours[0][1] == (8 // sync_every) * (2 * (world_size - 1) * n_params * 4 // world_size)
+
+
+def _sync_every_step_vs_gradient_averaging(steps):
+    import torch.distributed as dist
+
+    from mylib.local_sgd import LocalSGD
+
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    a = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    b = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    b.load_state_dict(a.state_dict())
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.05), torch.optim.SGD(b.parameters(), lr=0.05)
+    local = LocalSGD(a, opt_a, sync_every=1)
+    gen = torch.Generator().manual_seed(7 + rank)
+    for _ in range(steps):
+        x = torch.randn(5, 4, generator=gen)
+        for model in (a, b):
+            model(x).square().mean().backward()
+        local.step()
+        for p in b.parameters():  # synchronous data parallelism: average the gradients
+            dist.all_reduce(p.grad)
+            p.grad /= n
+        opt_b.step()
+        opt_a.zero_grad()
+        opt_b.zero_grad()
+    return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters()))
+
+
+def test_local_sgd_every_step_is_synchronous_sgd():
+    diffs = run_ranks(_sync_every_step_vs_gradient_averaging, 3, args=(6,), show_output=False)
+    assert max(diffs) < 1e-6
+
+
+def test_local_sgd_bad_input():
+    with pytest.raises(RuntimeError, match="process group"):
+        LocalSGD(torch.nn.Linear(2, 2), None, 2)
+    with pytest.raises(ValueError):
+        bytes_per_step(100, 2, 0)
+    assert bytes_per_step(1000, 4, 2) == pytest.approx(2 * 3 / 4 * 1000 / 2)
