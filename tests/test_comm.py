@@ -1,0 +1,119 @@
+"""mylib.comm: the collectives give torch's results and count the bytes each rank sends."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from mylib import comm, run_ranks
+from mylib.comm import count_bytes, nbytes
+from mylib.ring import ring_all_reduce
+
+NUMEL = 12  # divisible by 1, 2, 3 and 4: the ring formulas are exact
+
+
+def _every_collective():
+    """Run each wrapped collective next to torch's own; return (results equal?, bytes counted) per op."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    x = torch.arange(NUMEL, dtype=torch.float32) + 100 * rank
+    out = {}
+
+    a, b = x.clone(), x.clone()
+    with count_bytes() as stats:
+        comm.all_reduce(a)
+    dist.all_reduce(b)
+    out["all_reduce"] = (torch.equal(a, b), stats.bytes_sent, dict(stats.calls))
+
+    shard, expected = torch.empty(NUMEL // n), torch.empty(NUMEL // n)
+    with count_bytes() as stats:
+        comm.reduce_scatter_tensor(shard, x.clone())
+    dist.reduce_scatter_tensor(expected, x.clone())
+    out["reduce_scatter"] = (torch.equal(shard, expected), stats.bytes_sent, dict(stats.calls))
+
+    mine = x[: NUMEL // n].clone()
+    gathered, expected = torch.empty(NUMEL), torch.empty(NUMEL)
+    with count_bytes() as stats:
+        comm.all_gather_into_tensor(gathered, mine)
+    dist.all_gather_into_tensor(expected, mine)
+    out["all_gather"] = (torch.equal(gathered, expected), stats.bytes_sent, dict(stats.calls))
+
+    root = n - 1  # not rank 0, so the "rank before the root" rule is exercised
+    a, b = x.clone(), x.clone()
+    with count_bytes() as stats:
+        comm.broadcast(a, root)
+    dist.broadcast(b, root)
+    out["broadcast"] = (torch.equal(a, b), stats.bytes_sent, dict(stats.calls))
+    return out
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_collectives_match_torch_and_count_ring_bytes(world):
+    b = NUMEL * 4
+    results = run_ranks(_every_collective, world)
+    for rank, out in enumerate(results):
+        assert all(same for same, _, _ in out.values()), out
+        assert out["all_reduce"][1] == 2 * (world - 1) * b // world
+        assert out["reduce_scatter"][1] == (world - 1) * b // world
+        assert out["all_gather"][1] == (world - 1) * (b // world)
+        predecessor_of_root = (world - 1 - 1) % world
+        expected_broadcast = 0 if world == 1 or rank == predecessor_of_root else b
+        assert out["broadcast"][1] == expected_broadcast
+        assert out["all_reduce"][2] == {"all_reduce": 1}
+    # A pipelined broadcast moves the tensor over n-1 links in all.
+    assert sum(out["broadcast"][1] for out in results) == (world - 1) * b
+
+
+def _point_to_point_and_nesting():
+    rank = dist.get_rank()
+    t = torch.zeros(10, dtype=torch.float64)
+    with count_bytes() as outer:
+        with count_bytes() as inner:
+            if rank == 0:
+                comm.send(t, 1)
+                comm.isend(t[:3], 1).wait()
+            else:
+                comm.recv(t, 0)
+                comm.irecv(t[:3], 0).wait()
+        comm.all_reduce(t)
+    return inner.bytes_sent, dict(inner.by_op), dict(inner.calls), outer.bytes_sent, dict(outer.by_op), repr(outer)
+
+
+def test_send_counts_bytes_receive_counts_none_and_blocks_nest():
+    sender, receiver = run_ranks(_point_to_point_and_nesting, 2)
+    assert sender[:3] == (80 + 24, {"send": 104}, {"send": 2})
+    assert receiver[:3] == (0, {}, {})
+    # The outer block saw everything the inner one did, plus the all-reduce (2(n-1)/n x 80 = 80 bytes).
+    assert sender[3] == 104 + 80 and sender[4] == {"send": 104, "all_reduce": 80}
+    assert receiver[3] == 80
+    assert "bytes_sent=184" in sender[5]
+
+
+def _counting_stops_after_block():
+    with count_bytes() as stats:
+        comm.all_reduce(torch.ones(4))
+    comm.all_reduce(torch.ones(4))  # outside: not counted
+    return stats.bytes_sent
+
+
+def test_counting_stops_at_the_end_of_the_block():
+    assert run_ranks(_counting_stops_after_block, 2) == [16, 16]
+
+
+def _ring_vs_model(numel):
+    t = torch.ones(numel)
+    with count_bytes() as measured:
+        ring_all_reduce(t)
+    with count_bytes() as modelled:
+        comm.all_reduce(t)
+    return measured.bytes_sent, modelled.bytes_sent
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_measured_ring_equals_the_counter_of_dist_all_reduce(world):
+    # The counter's all_reduce formula is what the ring, built from sends, really sends.
+    for measured, modelled in run_ranks(_ring_vs_model, world, args=(world * 1000,)):
+        assert measured == modelled
+
+
+def test_nbytes_is_numel_times_element_size():
+    assert nbytes(torch.zeros(3, 5, dtype=torch.bfloat16)) == 30
+    assert nbytes(torch.zeros(0)) == 0

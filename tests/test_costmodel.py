@@ -1,0 +1,183 @@
+"""The alpha-beta model, its fit, the slider figure, and the gloo measurements it is fitted to."""
+
+import math
+import random
+import re
+
+import pytest
+import torch.distributed as dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mylib import browser, run_ranks
+from mylib.commbench import ping_pong, time_all_reduce
+from mylib.costfig import allreduce_cost_figure
+from mylib.costmodel import (
+    bus_bandwidth,
+    crossover_bytes,
+    fit_alpha_beta,
+    message_time,
+    ring_all_gather_time,
+    ring_all_reduce_terms,
+    ring_all_reduce_time,
+    ring_reduce_scatter_time,
+)
+from mylib.ring import ring_all_reduce
+
+alphas = st.floats(1e-7, 1e-3)
+betas = st.floats(1e6, 1e12)
+worlds = st.integers(2, 1024)
+sizes = st.integers(0, 2 ** 34)
+
+# ---- the model ---------------------------------------------------------------------------
+
+
+@given(b=sizes, n=worlds, alpha=alphas, beta=betas)
+def test_ring_all_reduce_is_2_n_minus_1_messages_of_b_over_n(b, n, alpha, beta):
+    t = ring_all_reduce_time(b, n, alpha, beta)
+    assert math.isclose(t, 2 * (n - 1) * message_time(b / n, alpha, beta), rel_tol=1e-12)
+    lat, bw = ring_all_reduce_terms(b, n, alpha, beta)
+    assert math.isclose(lat, 2 * (n - 1) * alpha) and math.isclose(bw, 2 * (n - 1) / n * b / beta)
+    # reduce-scatter then all-gather is the all-reduce
+    assert math.isclose(ring_reduce_scatter_time(b, n, alpha, beta) + ring_all_gather_time(b, n, alpha, beta), t,
+                        rel_tol=1e-12)
+
+
+@given(n=worlds, alpha=alphas, beta=betas)
+def test_terms_are_equal_at_the_crossover(n, alpha, beta):
+    cross = crossover_bytes(n, alpha, beta)
+    lat, bw = ring_all_reduce_terms(cross, n, alpha, beta)
+    assert math.isclose(lat, bw, rel_tol=1e-9)
+    assert ring_all_reduce_terms(cross / 2, n, alpha, beta)[0] > ring_all_reduce_terms(cross / 2, n, alpha, beta)[1]
+
+
+@given(b=st.integers(1, 2 ** 34), n=worlds, beta=betas)
+def test_bus_bandwidth_recovers_the_link_bandwidth(b, n, beta):
+    assert math.isclose(bus_bandwidth(b, n, ring_all_reduce_time(b, n, 0.0, beta)), beta, rel_tol=1e-9)
+
+
+def test_one_rank_costs_nothing_and_bad_constants_are_named():
+    assert ring_all_reduce_time(10 ** 6, 1, 1e-5, 1e9) == 0
+    with pytest.raises(ValueError, match="alpha is a latency"):
+        message_time(1, -1.0, 1e9)
+    with pytest.raises(ValueError, match="beta is a bandwidth"):
+        ring_all_reduce_time(1, 2, 1e-6, 0)
+    with pytest.raises(ValueError, match="world_size must be a positive int"):
+        ring_all_reduce_time(1, 0, 1e-6, 1e9)
+
+
+# ---- the fit -----------------------------------------------------------------------------
+
+SIZES = [2 ** k for k in range(2, 26)]
+
+
+@given(alpha=alphas, beta=st.floats(1e7, 1e11), n=st.one_of(st.none(), st.integers(2, 8)))
+def test_fit_recovers_the_constants_of_exact_model_data(alpha, beta, n):
+    times = [message_time(b, alpha, beta) if n is None else ring_all_reduce_time(b, n, alpha, beta) for b in SIZES]
+    fit = fit_alpha_beta(SIZES, times, world_size=n)
+    assert math.isclose(fit.alpha, alpha, rel_tol=1e-6)
+    assert math.isclose(fit.beta, beta, rel_tol=1e-6)
+    assert fit.max_relative_error < 1e-9
+    assert fit.world_size == n and math.isclose(fit.predict(SIZES[3]), times[3], rel_tol=1e-9)
+
+
+@settings(max_examples=30)
+@given(seed=st.integers(0, 10 ** 6), noise=st.floats(0.0, 0.2))
+def test_fit_error_stays_within_the_noise(seed, noise):
+    rng = random.Random(seed)
+    alpha, beta = 50e-6, 2e9
+    times = [message_time(b, alpha, beta) * (1 + rng.uniform(-noise, noise)) for b in SIZES]
+    fit = fit_alpha_beta(SIZES, times)
+    # The fitted curve is never further from a point than the noise plus the noise's effect on the fit.
+    assert fit.max_relative_error <= 3 * noise + 1e-9
+    assert 0.5 * alpha < fit.alpha < 2 * alpha and 0.5 * beta < fit.beta < 2 * beta
+    errors = sorted(fit.relative_errors)
+    assert fit.median_relative_error == (errors[11] + errors[12]) / 2
+
+
+def test_fit_never_returns_a_negative_latency():
+    # Data with no latency at all and a slightly concave shape pushes plain least squares below zero.
+    times = [b / 1e9 * (1.2 if b < 1000 else 1.0) for b in SIZES]
+    fit = fit_alpha_beta(SIZES, times)
+    assert fit.alpha >= 0 and fit.beta > 0
+    flat = fit_alpha_beta(SIZES, [1e-3] * len(SIZES))  # pure latency: infinite bandwidth
+    assert math.isclose(flat.alpha, 1e-3) and flat.beta == math.inf
+
+
+def test_fit_rejects_data_it_cannot_use():
+    with pytest.raises(ValueError, match="one time per size"):
+        fit_alpha_beta([1, 2], [1.0])
+    with pytest.raises(ValueError, match="at least two different sizes"):
+        fit_alpha_beta([8, 8], [1.0, 1.1])
+    with pytest.raises(ValueError, match="positive"):
+        fit_alpha_beta([1, 2], [1.0, 0.0])
+    with pytest.raises(ValueError, match="world_size >= 2"):
+        fit_alpha_beta([1, 2], [1.0, 2.0], world_size=1)
+
+
+# ---- the slider figure -----------------------------------------------------------------------
+
+
+def _metric(svg, name):
+    return re.search(rf'data-metric="{name}"[^>]*>([^<]*)<', svg).group(1)
+
+
+@settings(max_examples=25)
+@given(k=st.integers(0, 32), n=st.sampled_from([2, 3, 4, 8, 64, 1024]), alpha_us=st.floats(1, 500),
+       beta_gbps=st.floats(0.1, 900))
+def test_figure_prints_the_model_numbers(k, n, alpha_us, beta_gbps):
+    from mylib.svg import format_seconds
+
+    svg = allreduce_cost_figure(nbytes=2 ** k, world_size=n, alpha_us=alpha_us, beta_gbps=beta_gbps)
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    total = ring_all_reduce_time(2 ** k, n, alpha_us * 1e-6, beta_gbps * 1e9)
+    assert format_seconds(total) in _metric(svg, "total_s")
+    regime = "latency-bound" if 2 ** k < crossover_bytes(n, alpha_us * 1e-6, beta_gbps * 1e9) else "bandwidth-bound"
+    assert _metric(svg, "regime").startswith(regime)
+
+
+def test_figure_changes_with_the_sliders_and_rejects_bad_values():
+    assert allreduce_cost_figure(world_size=2) != allreduce_cost_figure(world_size=8)
+    with pytest.raises(ValueError, match="world_size >= 2"):
+        allreduce_cost_figure(world_size=1)
+
+
+def test_model_and_figure_run_in_the_browser():
+    # Pyodide has the standard library only: these modules must import nothing else.
+    assert {"costmodel", "costfig"} <= set(browser.browser_modules())
+
+
+# ---- measuring gloo (values depend on the machine: only their shape is tested) --------------
+
+
+def _measure():
+    sizes = [4, 4096, 65536]
+    return (ping_pong(sizes, repeats=2, warmup=1),
+            time_all_reduce(sizes, repeats=2, warmup=1),
+            time_all_reduce(sizes, repeats=2, warmup=1, all_reduce=ring_all_reduce, statistic="median"))
+
+
+def test_measurements_have_one_positive_time_per_size_and_agree_across_ranks():
+    results = run_ranks(_measure, 3)
+    assert results[0] == results[1] == results[2]
+    for times in results[0]:
+        assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def _bad_measurements():
+    errors = []
+    for call in (lambda: ping_pong([8]), lambda: time_all_reduce([6]), lambda: time_all_reduce([8], statistic="mean"),
+                 lambda: time_all_reduce([])):
+        try:
+            call()
+        except ValueError as e:
+            errors.append(str(e))
+    return errors
+
+
+def test_bad_measurement_requests_are_named():
+    errors = run_ranks(_bad_measurements, 1)[0]
+    assert "at least 2 ranks" in errors[0]
+    assert "multiples of 4 bytes" in errors[1]
+    assert "statistic must be one of" in errors[2]
+    assert "at least one message size" in errors[3]
