@@ -293,7 +293,12 @@ def _rank_error_result(name, exc, path):
         return {"name": name, "status": "error", "where": where,
                 "message": f"{first}. Did your code call os._exit(), or crash?"}
     if where:
-        return {"name": name, "status": "error", "where": where, "message": f"on rank {exc.rank} your code raised {last}"}
+        note = ""
+        if "by peer" in last or "Connection reset" in last:
+            note = (". Another rank stopped or called a different collective at that moment: ranks that "
+                    "disagree on which collectives to call, or how many times, fail (or hang) like this")
+        return {"name": name, "status": "error", "where": where,
+                "message": f"on rank {exc.rank} your code raised {last}{note}"}
     return {"name": name, "status": "error", "where": _tail(tb, 1200),
             "message": f"rank {exc.rank} failed outside your code: {last}"}
 
@@ -308,7 +313,7 @@ def _reader_frames(tb, path):
     return "\n".join(f"    line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames[-4:])
 
 
-_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)(?:\n\s+(.+))?')
+_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)(?:\n[ \t]+(?![ \t]*File ")(.+))?')
 
 
 def _reader_frames_from_text(text, path):
@@ -316,7 +321,7 @@ def _reader_frames_from_text(text, path):
     out = []
     for filename, lineno, func, code in _FRAME.findall(text):
         if _same_file(filename, path):
-            code = code.strip() if code and not code.strip().startswith("File ") else _source_line(path, int(lineno))
+            code = code.strip() if code else _source_line(path, int(lineno))
             out.append(f"    line {lineno}, in {func}: {code}")
     return "\n".join(out[-4:])
 
