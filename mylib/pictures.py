@@ -114,3 +114,40 @@ def ring_figure(n):
                            fontsize=9, va="center")
     fig.tight_layout()
     return fig
+
+
+def data_parallel_step_figure(world_size=2):
+    """One step of data parallelism: split the batch, compute on every rank, average, step alike.
+
+    A schematic (boxes and arrows), drawn by code so that it follows
+    ``world_size`` and the rank colours of the other pictures.
+    """
+    n = world_size
+    fig, ax = plt.subplots(figsize=(9.0, 1.3 + 1.0 * n))
+    height = n * 1.0
+    ax.set_xlim(0, 10.2)
+    ax.set_ylim(-0.2, height + 0.4)
+    ax.axis("off")
+
+    def box(x, y, w, h, text, color="#ffffff", text_color="black"):
+        ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", linewidth=0.8))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8.5, color=text_color)
+
+    def arrow(x1, y1, x2, y2):
+        ax.annotate("", xy=(x2, y2), xytext=(x1, y1), arrowprops=dict(arrowstyle="-|>", lw=1.0, color="black"))
+
+    shard_h = height / n
+    for r in range(n):  # the global batch, cut into one shard per rank
+        color = RANK_COLORS[r % len(RANK_COLORS)]
+        y = height - (r + 1) * shard_h
+        box(0.1, y + 0.05, 1.3, shard_h - 0.1, f"shard {r}\n(B/{n} rows)", color, "white")
+        box(2.0, y + 0.15, 2.2, shard_h - 0.3, f"rank {r}: same w\nforward, backward\n" + rf"$g_{r}=\nabla L_{r}(w)$")
+        arrow(1.4, y + shard_h / 2, 2.0, y + shard_h / 2)
+        arrow(4.2, y + shard_h / 2, 5.0, height / 2)
+        box(7.3, y + 0.15, 2.7, shard_h - 0.3, f"rank {r}: " + r"$w \leftarrow w - \eta\,\bar g$" + "\nsame step, same w")
+        arrow(6.6, height / 2, 7.3, y + shard_h / 2)
+    box(5.0, height / 2 - 0.45, 1.6, 0.9, "all-reduce\n" + r"$\bar g = \frac{1}{n}\sum_r g_r$", "#fdae6b")
+    ax.text(0.1, height + 0.15, "global batch", fontsize=9, fontweight="bold")
+    ax.text(7.3, height + 0.15, "optimizer step", fontsize=9, fontweight="bold")
+    fig.tight_layout()
+    return fig

@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mylib import run_ranks
+from mylib import browser, run_ranks
 from mylib.averaging import average_gradients
 from mylib.comm import count_bytes
 from mylib.loss import global_count, global_mean_loss, token_mean_cross_entropy
+from mylib.lossfig import loss_weights, token_weights_figure
 
 IGNORE = -100
 VOCAB, WIDTH = 7, 5
@@ -156,3 +157,25 @@ def test_bad_inputs_are_named():
     shapes, negative = run_ranks(_bad_inputs, 1)[0]
     assert "labels' shape plus a last dimension" in shapes
     assert "cannot be negative" in negative
+
+
+# ---- the slider figure of the chapter ---------------------------------------------------------
+
+
+@given(t0=st.integers(1, 64), t1=st.integers(1, 64), l0=st.floats(0, 10), l1=st.floats(0, 10))
+def test_figure_weights_sum_to_one_and_match_the_losses(t0, t1, l0, l1):
+    w = loss_weights(t0, t1, l0, l1)
+    assert math.isclose(t0 * w["weight_mean_of_means"][0] + t1 * w["weight_mean_of_means"][1], 1.0)
+    assert math.isclose(t0 * w["weight_token_mean"][0] + t1 * w["weight_token_mean"][1], 1.0)
+    assert math.isclose(w["mean_of_means"], (l0 + l1) / 2, abs_tol=1e-12)
+    assert math.isclose(w["token_mean"], (t0 * l0 + t1 * l1) / (t0 + t1), abs_tol=1e-12)
+    assert "</svg>" in token_weights_figure(t0, t1, l0, l1)
+
+
+def test_figure_default_is_the_worked_example_and_empty_ranks_give_nan():
+    assert "mean of means = 2   vs   token mean = 1.5" in token_weights_figure()
+    assert "NaN" in token_weights_figure(3, 0, 1.0, 3.0)
+    assert loss_weights(0, 0, 1.0, 1.0)["token_mean"] == 0.0
+    with pytest.raises(ValueError, match="cannot be negative"):
+        loss_weights(-1, 2, 1.0, 1.0)
+    assert "lossfig" in browser.browser_modules()
