@@ -27,10 +27,12 @@ Usage, on every rank::
 import contextlib
 import functools
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from mylib import comm
 from mylib.buckets import MB, assign_buckets
@@ -90,6 +92,24 @@ def allreduce_average_hook(process_group, bucket):
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
+_OWNERS = weakref.WeakValueDictionary()  # id(parameter) -> the MyDDP whose hooks sit on it
+
+
+def _check_step(model_ref, optimizer, args, kwargs):
+    """Runs before every optimizer step in the process: refuse a step on gradients that were not averaged."""
+    model = model_ref()
+    if model is None or model._released or not (model._backward_seen or model._local_grads):
+        return
+    if not any(id(p) in model._param_ids for group in optimizer.param_groups for p in group["params"]):
+        return  # another model's optimizer
+    if model._backward_seen:
+        raise RuntimeError("optimizer.step() before finish_gradient_sync(): some buckets may still be in flight. "
+                           "Call model.finish_gradient_sync() after loss.backward() and before optimizer.step()")
+    raise RuntimeError("optimizer.step() on gradients accumulated inside no_sync() and never averaged: each rank "
+                       "would take its own step and the replicas would drift apart. Run the last micro-step's "
+                       "backward outside no_sync(), call finish_gradient_sync(), then step")
+
+
 class MyDDP(nn.Module):
     """Wrap ``module`` so that its gradients are averaged over all ranks.
 
@@ -128,14 +148,22 @@ class MyDDP(nn.Module):
                                 keys=[(p.dtype, p.device) for _, p in named])
         self.buckets = [Bucket(i, [named[j][1] for j in g], [named[j][0] for j in g], i == len(groups) - 1)
                         for i, g in enumerate(groups)]
+        self._param_ids, self._released = {id(p) for b in self.buckets for p in b.params}, False
+        for old in {id(o): o for o in (_OWNERS.get(i) for i in self._param_ids) if o is not None}.values():
+            old._release()  # an older MyDDP on these parameters (a re-run with another cap): it lets go
+        _OWNERS.update(dict.fromkeys(self._param_ids, self))
         self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self._on_grad_ready, b, slot))
                        for b in self.buckets for slot, p in enumerate(b.params)]
+        # A step on local gradients lets the replicas drift apart silently: check every optimizer step.
+        self._step_guard = register_optimizer_step_pre_hook(functools.partial(_check_step, weakref.ref(self)))
+        weakref.finalize(self, self._step_guard.remove)
         self._comm_hook, self._comm_state = allreduce_average_hook, process_group
-        self._sync_enabled = True
+        self._sync_enabled, self._local_grads = True, False  # _local_grads: no_sync() gradients not yet averaged
         self._reset_iteration()
 
     # -- the step ---------------------------------------------------------
     def forward(self, *args, **kwargs):
+        self._check_not_released()
         if self._backward_seen:
             raise RuntimeError("the previous backward's gradients were never synchronised: call "
                                "finish_gradient_sync() after loss.backward() and before optimizer.step()")
@@ -147,6 +175,7 @@ class MyDDP(nn.Module):
         """Autograd has accumulated ``param.grad``: file it in its bucket, maybe launch."""
         self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
         if not self._sync_enabled:
+            self._local_grads = True
             return  # no_sync(): gradients keep accumulating locally
         if not self._backward_seen:
             self._backward_seen, self.allreduces_in_backward = True, 0
@@ -184,6 +213,10 @@ class MyDDP(nn.Module):
         if not self._sync_enabled:
             raise RuntimeError("finish_gradient_sync() was called inside no_sync(), where gradients stay local on "
                                "purpose: run the last micro-step's forward and backward outside no_sync(), then call it")
+        self._check_not_released()
+        if not self._backward_seen and self._local_grads:
+            raise RuntimeError("every backward since the last sync ran inside no_sync(), so nothing was sent: run "
+                               "the last micro-step's forward and backward outside no_sync(), then call this")
         if not self._backward_seen:
             raise RuntimeError("finish_gradient_sync() was called without a backward() since the last call: "
                                "call it exactly once per step, after loss.backward()")
@@ -206,11 +239,15 @@ class MyDDP(nn.Module):
             if reduced.data_ptr() != bucket.flat.data_ptr():  # a hook may return a new tensor
                 bucket.flat.copy_(reduced)
         self._reset_iteration()
+        self._local_grads = False
         self._trace("sync_done")
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Inside this block backward only accumulates gradients locally (no communication)."""
+        """Inside this block backward only accumulates gradients locally (no communication); it may be re-entered."""
+        if self._backward_seen:  # its buckets are in flight; more gradients would race with them
+            raise RuntimeError("no_sync() entered after a backward whose gradients are still being averaged: "
+                               "call finish_gradient_sync() first")
         previous, self._sync_enabled = self._sync_enabled, False
         try:
             yield
@@ -224,6 +261,17 @@ class MyDDP(nn.Module):
         self._comm_hook, self._comm_state = hook, state
 
     # -- helpers ----------------------------------------------------------
+    def _release(self):
+        """Let go of the parameters: remove our hooks (a newer MyDDP wraps them)."""
+        for handle in [*self._hooks, self._step_guard]:
+            handle.remove()
+        self._hooks, self._released = [], True
+
+    def _check_not_released(self):
+        if self._released:
+            raise RuntimeError("this MyDDP was replaced: a newer MyDDP wraps the same parameters (a re-run with "
+                               "another bucket_cap_mb?) and now averages their gradients. Use the newer one")
+
     def _reset_iteration(self):
         for bucket in self.buckets:
             bucket.ready.clear()
