@@ -22,7 +22,9 @@ except ModuleNotFoundError:  # Python < 3.11
 
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXERCISES_DIR = os.path.join(PRACTICE_DIR, "exercises")
-WORKSPACE_DIR = os.path.join(PRACTICE_DIR, "workspace")
+# The reader's own files live under JUDGE_HOME (default: practice/), so tests can use a scratch folder.
+JUDGE_HOME = os.environ.get("JUDGE_HOME") or PRACTICE_DIR
+WORKSPACE_DIR = os.path.join(JUDGE_HOME, "workspace")
 DIFFICULTIES = ("easy", "medium", "hard")
 FILES = ("exercise.toml", "README.md", "starter.py", "checks.py", "hints.md", "solution.py")
 

@@ -31,6 +31,7 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
     import cloudpickle
     from mylib import run_ranks
 
+    _use_fork()
     module = sys.modules.get(getattr(worker, "__module__", None) or "")
     if module is not None and worker.__module__ != "__main__":
         with contextlib.suppress(ValueError):
@@ -38,6 +39,21 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
     args = tuple(_by_path(a) for a in args)
     timeout_s = RANK_TIMEOUT_S if timeout_s is None else min(timeout_s, RANK_TIMEOUT_S)
     return run_ranks(_call_resolved, world_size, args=(worker,) + args, timeout_s=timeout_s, show_output=True)
+
+
+def _use_fork():
+    """Start ranks by forking this process rather than through a fork server.
+
+    The judge's child process exists only to grade one file and runs no
+    threads of its own, so forking it is safe; it already imported torch, so
+    each rank starts in a few milliseconds, where a fork server would first
+    import torch a second time (seconds on a busy 2-core machine).
+    """
+    import multiprocessing
+
+    import mylib.launch as launch
+    if "fork" in multiprocessing.get_all_start_methods() and hasattr(launch, "_context"):
+        launch._context = lambda: multiprocessing.get_context("fork")
 
 
 def _call_resolved(worker, *args):

@@ -7,6 +7,7 @@
 * Progress (passed or not, attempts, hints seen) is in
   ``practice/.progress.json``. Both are ignored by git, so pulling a new
   version of the book never conflicts with the reader's work.
+  (``JUDGE_HOME`` moves all three somewhere else; the tests use it.)
 """
 
 import datetime
@@ -16,9 +17,10 @@ import os
 import shutil
 import tempfile
 
-PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROGRESS_FILE = os.path.join(PRACTICE_DIR, ".progress.json")
-BACKUP_DIR = os.path.join(PRACTICE_DIR, ".backup")
+from _judge.catalog import JUDGE_HOME
+
+PROGRESS_FILE = os.path.join(JUDGE_HOME, ".progress.json")
+BACKUP_DIR = os.path.join(JUDGE_HOME, ".backup")
 
 
 def ensure_workspace(exercise):
