@@ -201,9 +201,37 @@ def _collect(procs, results_q, timeout_s, log_dir):
                 raise RankTimeout(timeout_s, _stacks_of(procs, stuck, log_dir))
             continue
         if status == "error":
-            raise RankError(rank, body.strip().splitlines()[-1], body + _printed_note(printed))
+            raise _root_cause(procs, results_q, log_dir, {rank: (body, printed)})
         outputs[rank] = (cloudpickle.loads(body), printed)
     return outputs
+
+
+# What a rank says when it is a victim, not the cause: its peer went away.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Read error", "Socket closed",
+              "Broken pipe", "Timed out waiting")
+
+
+def _root_cause(procs, results_q, log_dir, errors, grace_s=1.0):
+    """Pick the rank that failed first, not one that merely lost its peer.
+
+    When one rank dies its peers soon fail too, with connection errors that
+    can reach us before we notice the death. Collect for a moment, then blame
+    a rank that died silently, else one whose error is not a lost peer.
+    """
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            status, rank, body, printed = results_q.get(timeout=0.05)
+            if status == "error":
+                errors[rank] = (body, printed)
+        except queue.Empty:
+            pass
+    silent = [r for r, p in enumerate(procs) if r not in errors and p.exitcode not in (None, 0)]
+    if silent:
+        return RankError(silent[0], _describe_exit(procs[silent[0]].exitcode), _log_tail(log_dir, silent[0]))
+    causes = [r for r, (body, _) in errors.items() if not any(s in body for s in _PEER_LOST)] or list(errors)
+    body, printed = errors[causes[0]]
+    return RankError(causes[0], body.strip().splitlines()[-1], body + _printed_note(printed))
 
 
 def _describe_exit(exitcode):
@@ -238,7 +266,7 @@ def _stacks_of(procs, ranks, log_dir):
         start = tail.rfind("Thread 0x") if "Current thread" not in tail else tail.rfind("Current thread")
         stack = tail[start:] if start >= 0 else tail
         # The frames below fn are the launcher's and multiprocessing's own.
-        cut = stack.find(f"{os.path.basename(__file__)}\"")
+        cut = stack.find(f'File "{__file__}"')
         cut = stack.rfind("\n", 0, cut) if cut >= 0 else -1
         stacks[r] = stack[:cut] if cut >= 0 else stack
     return stacks
@@ -279,6 +307,9 @@ def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, l
             timeout = datetime.timedelta(seconds=timeout_s)
             store = dist.TCPStore(HOST, port, world_size + 1, is_master=False, timeout=timeout)
             dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+            # gloo connects the mesh lazily on some ranks: without this barrier a
+            # rank whose fn needs no collective could exit while a peer still connects.
+            dist.barrier()
             result = fn(*args, **kwargs)
         results_q.put(("ok", rank, cloudpickle.dumps(result), printed.getvalue()))
     except BaseException:  # SystemExit and KeyboardInterrupt are failures of fn too
