@@ -136,6 +136,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if not group["params"]:
                 group["params"].append(torch.zeros(0))
         self.optim = optimizer_class(inner_groups, **defaults)
+        for outer, inner in zip(self.param_groups, self.optim.param_groups):  # betas, eps, ...: as unsharded
+            for key, value in inner.items():
+                outer.setdefault(key, value)
         self._consolidated = None
 
     def _bucket_params(self, params):
@@ -202,7 +205,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 if torch.is_tensor(value) and value.shape == piece.tensor.shape:
                     tensor_keys.add(key)
                 else:  # step counters and the like: equal on every piece of a parameter
-                    scalars.setdefault(index[piece.param], {})[key] = value
+                    scalars.setdefault(index[piece.param], {})[key] = _copy(value)
         everyone = [None] * self.world_size
         dist.all_gather_object(everyone, (sorted(tensor_keys), scalars), group=self.process_group)
         state = {}
@@ -245,11 +248,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if saved is not None:
                 self.optim.state[piece.tensor] = {
                     key: value.reshape(-1)[piece.in_param].clone() if _per_element(key, value, piece.param)
-                    else value for key, value in saved.items()}
+                    else _copy(value) for key, value in saved.items()}
 
 
 # Optimizer state that is one number per parameter tensor, not one per element.
 SCALAR_STATE_KEYS = {"step", "mu_product"}
+
+
+def _copy(value):
+    """A state value that the optimizer will not change behind the checkpoint's back."""
+    return value.clone() if torch.is_tensor(value) else value
 
 
 def _per_element(key, value, param):

@@ -31,6 +31,10 @@ CHECK = dict(vocab=64, dim=32, hidden=64, layers=2, frozen=True, tied=True, batc
              optimizer=torch.optim.AdamW, lr=1e-2, weight_decay=0.1, bucket_cap_mb=0.01, seed=0)
 """The equivalence check: a small model, 10 steps of AdamW with two parameter groups."""
 
+MEASURE = dict(CHECK, vocab=512, dim=256, hidden=1024, layers=2, frozen=False, batch=4, seq=16, steps=2,
+               bucket_cap_mb=1.0)
+"""The measurement: 1.25M trainable parameters (every one trained, so psi is the whole model), 2 steps."""
+
 
 class Block(nn.Module):
     """A residual MLP block: x + down(gelu(up(norm(x))))."""
