@@ -2,5 +2,8 @@
 
 from mylib.launch import RankError, RankTimeout, current_device, init_from_env, run_ranks
 from mylib.ddp import MyDDP
+from mylib.zero1 import ShardedOptimizer
+from mylib.zero2 import ShardedGradOptimizer
+from mylib.zero3 import ShardedModel
 
-__all__ = ["MyDDP", "RankError", "RankTimeout", "current_device", "init_from_env", "run_ranks"]
+__all__ = ["MyDDP", "ShardedGradOptimizer", "ShardedModel", "ShardedOptimizer", "RankError", "RankTimeout", "current_device", "init_from_env", "run_ranks"]
