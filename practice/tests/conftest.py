@@ -17,9 +17,15 @@ from _judge.sandbox import grade_file  # noqa: E402
 JOBS = int(os.environ.get("JUDGE_TEST_JOBS", "2"))
 
 
-def grade_all(exercises, filename):
+def grade_everything(exercises):
+    """Every reference solution and every untouched starter, graded once, ``JOBS`` at a time.
+
+    One pool for both keeps both cores busy to the end; rank exercises go first, being the slowest.
+    """
+    jobs = [(ex, name) for name in ("solution.py", "starter.py") for ex in exercises]
+    jobs.sort(key=lambda job: not job[0].ranks)
     with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
-        futures = {ex.id: pool.submit(grade_file, ex, ex.path(filename)) for ex in exercises}
+        futures = {(ex.id, name): pool.submit(grade_file, ex, ex.path(name)) for ex, name in jobs}
         return {key: f.result() for key, f in futures.items()}
 
 
@@ -29,12 +35,17 @@ def exercises():
 
 
 @pytest.fixture(scope="session")
-def graded_solutions(exercises):
-    """Every reference solution, graded once per test session (in parallel)."""
-    return grade_all(exercises, "solution.py")
+def graded(exercises):
+    return grade_everything(exercises)
 
 
 @pytest.fixture(scope="session")
-def graded_starters(exercises):
-    """Every untouched starter, graded once per test session (in parallel)."""
-    return grade_all(exercises, "starter.py")
+def graded_solutions(exercises, graded):
+    """Every reference solution's report, by exercise id."""
+    return {ex.id: graded[ex.id, "solution.py"] for ex in exercises}
+
+
+@pytest.fixture(scope="session")
+def graded_starters(exercises, graded):
+    """Every untouched starter's report, by exercise id."""
+    return {ex.id: graded[ex.id, "starter.py"] for ex in exercises}

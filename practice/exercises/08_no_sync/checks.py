@@ -3,6 +3,8 @@
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
 
+RANK_PRELOAD = ("torch.optim", "torch._dynamo")  # optimizers and DDP import them: once, before forking
+
 MICRO = 3  # examples per micro-batch
 
 

@@ -3,6 +3,8 @@
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
 
+RANK_PRELOAD = ("torch.optim", "torch._dynamo")  # optimizers and DDP import them: once, before forking
+
 
 class FakeBucket:
     """What a hook sees of a DDP bucket (``dist.GradBucket``), enough to call a hook directly."""

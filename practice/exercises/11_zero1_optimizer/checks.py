@@ -5,6 +5,8 @@ import math
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
 
+RANK_PRELOAD = ("torch.optim", "torch._dynamo")  # optimizers and DDP import them: once, before forking
+
 PER_RANK = 4
 
 

@@ -3,6 +3,8 @@
 from _judge.checking import check, expect_close, fail
 from _judge.ranks import on_ranks
 
+RANK_PRELOAD = ("torch.optim", "torch._dynamo")  # optimizers and DDP import them: once, before forking
+
 HANG_TIMEOUT_S = 20  # ranks that are still waiting after this are reported as hung
 
 
