@@ -19,7 +19,7 @@ Why it is more than ``torch.multiprocessing.spawn``:
   keeps it open, so the OS picks a free port and nobody can take it meanwhile.
 
 On a cluster the same worker code runs under ``torchrun``; see
-:func:`init_from_env`.
+:mod:`mylib.torchrun`.
 """
 
 import contextlib
@@ -63,33 +63,6 @@ class RankTimeout(TimeoutError):
             f"ranks {sorted(stuck)} did not finish within {timeout_s:g} s. A common cause is ranks calling "
             f"different collectives (or the same ones in a different order). Where each stuck rank was:\n{where}"
         )
-
-
-def current_device():
-    """The device this rank should compute on: its GPU under NCCL, else the CPU."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def init_from_env(timeout_s=300.0):
-    """Join the process group that ``torchrun`` describes in the environment.
-
-    Picks NCCL when CUDA is available, gloo otherwise, and pins the rank to
-    its local GPU. Returns ``(rank, world_size, device)``. Use it at the top of
-    a script started with ``torchrun --nproc-per-node=N script.py``.
-    """
-    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        if var not in os.environ:
-            raise RuntimeError(
-                f"environment variable {var} is not set: start this script with "
-                f"`torchrun --nproc-per-node=N {os.path.basename(sys.argv[0])}`"
-            )
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
-    return dist.get_rank(), dist.get_world_size(), current_device()
 
 
 def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout_s=60.0, show_output=True):

@@ -191,4 +191,4 @@ def test_init_from_env_outside_torchrun_says_how_to_start(tmp_path):
         init_from_env()
     """, env={k: v for k, v in {**os.environ, "PYTHONPATH": ROOT}.items()
               if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")})
-    assert out.returncode != 0 and "torchrun --nproc-per-node=N" in out.stderr
+    assert out.returncode != 0 and "--nproc-per-node=N" in out.stderr
