@@ -118,6 +118,44 @@ def _panel(fig, num_params, world_size, stage, k, bar):
     fig.text(x, y + len(rows) * line + 34, "come on top of this model state.", size=10, fill=PALETTE["muted"])
 
 
+def sharding_picture(world_size=4, k=12):
+    """SVG: what each of ``world_size`` ranks holds under DDP and each ZeRO stage (bar lengths to scale).
+
+    Each rank is one row of three bars, parameters (2 psi), gradients (2 psi)
+    and optimizer state (K psi); a sharded bar keeps only the rank's 1/N
+    slice, drawn in place, so the slices of all ranks tile the whole.
+    """
+    sizes = {"params": 2, "grads": 2, "optimizer": k}
+    unit = 150 / (4 + k)  # pixels per byte-per-parameter: a whole DDP row is 150 px plus the gaps
+    col_w, row_h, top = 190, 22, 46
+    fig = Svg(col_w * len(STAGES) + 20, top + world_size * row_h + 40,
+              label=f"what each of {world_size} ranks holds under DDP and ZeRO-1, 2, 3")
+    for s in STAGES:
+        x0 = 14 + s * col_w
+        fig.text(x0, 18, STAGE_NAMES[s], size=13, weight="bold")
+        per_rank = memory_per_rank(1.0, world_size, s, k).total
+        fig.text(x0, 34, f"{per_rank:g} psi bytes per rank" if per_rank == int(per_rank)
+                 else f"{per_rank:.3g} psi bytes per rank", size=10, fill=PALETTE["muted"])
+        sharded = {"params": s >= 3, "grads": s >= 2, "optimizer": s >= 1}
+        for r in range(world_size):
+            y, x = top + r * row_h, x0 + 28
+            fig.text(x0, y + 12, f"r{r}", size=10, fill=PALETTE["muted"])
+            for key, label, colour in PARTS:
+                w = sizes[key] * unit
+                fig.rect(x, y, w, 14, fill=colour, opacity=0.15)  # the whole, faint
+                if sharded[key]:
+                    fig.rect(x + r * w / world_size, y, w / world_size, 14, fill=colour,
+                             title=f"rank {r}: its 1/{world_size} of the {label}")
+                else:
+                    fig.rect(x, y, w, 14, fill=colour, title=f"rank {r}: all of the {label}")
+                x += w + 4
+    for i, (_, label, colour) in enumerate(PARTS):
+        label = label.replace("K psi", f"K psi, K = {k}")
+        fig.rect(14 + i * 190, top + world_size * row_h + 18, 10, 10, fill=colour)
+        fig.text(28 + i * 190, top + world_size * row_h + 27, label, size=10, fill=PALETTE["muted"])
+    return fig.to_string()
+
+
 # The sliders of the chapter's LiveFigure(memory_figure, MEMORY_SLIDERS) (dicts: no import of livefig here).
 MEMORY_SLIDERS = [
     dict(name="params_b", label="model size",
