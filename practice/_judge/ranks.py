@@ -8,8 +8,8 @@ that raises becomes ``RankError`` and ranks that hang become
 ``RankTimeout`` (with each rank's stack); :mod:`checking` turns both into
 verdicts that name the reader's line.
 
-A checks module may list ``RANK_PRELOAD`` (module names): they are imported
-before the ranks are forked, so each rank does not import them again.
+A checks module may list ``RANK_PRELOAD`` (module names): the fork server
+that starts the ranks imports them once, so each rank does not.
 
 ``spy_on_dist`` (used inside a worker) records, or forbids, calls to
 ``torch.distributed`` functions: a check can then say "all-reduce was called
@@ -17,7 +17,6 @@ before the ranks are forked, so each rank does not import them again.
 """
 
 import contextlib
-import importlib
 import os
 import sys
 
@@ -35,12 +34,8 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
     import cloudpickle
     from mylib import run_ranks
 
-    _use_fork()
     module = sys.modules.get(getattr(worker, "__module__", None) or "")
-    # Modules the worker will import, imported once here rather than in every forked rank
-    # (torch.optim and DDP pull in torch._dynamo: seconds per rank on a busy machine).
-    for name in getattr(module, "RANK_PRELOAD", ()):
-        importlib.import_module(name)
+    _preload_in_ranks(getattr(module, "RANK_PRELOAD", ()))
     if module is not None and worker.__module__ != "__main__":
         with contextlib.suppress(ValueError):
             cloudpickle.register_pickle_by_value(module)  # checks.py is not importable by name in a rank
@@ -49,19 +44,30 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
     return run_ranks(_call_resolved, world_size, args=(worker,) + args, timeout_s=timeout_s, show_output=True)
 
 
-def _use_fork():
-    """Start ranks by forking this process rather than through a fork server.
+def _preload_in_ranks(names):
+    """Have the launcher's fork server import ``names`` once, so each rank does not.
 
-    The judge's child process exists only to grade one file and runs no
-    threads of its own, so forking it is safe; it already imported torch, so
-    each rank starts in a few milliseconds, where a fork server would first
-    import torch a second time (seconds on a busy 2-core machine).
+    ``run_ranks`` forks every rank from a fork server that has imported torch;
+    torch.optim and DDP then import torch._dynamo, seconds per rank on a busy
+    machine unless the fork server imported it already. (Forking the grading
+    process itself would be faster still, but then gloo's rendezvous hung in
+    about one launch of 80 here.)
     """
-    import multiprocessing
-
+    if not names:
+        return
     import mylib.launch as launch
-    if "fork" in multiprocessing.get_all_start_methods() and hasattr(launch, "_context"):
-        launch._context = lambda: multiprocessing.get_context("fork")
+    original = getattr(launch, "_context", None)
+    if original is None or getattr(original, "preloads", None) == tuple(names):
+        return
+
+    def context():
+        ctx = original()
+        if ctx.get_start_method() == "forkserver":
+            ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", launch.__name__, *names])
+        return ctx
+
+    context.preloads = tuple(names)
+    launch._context = context
 
 
 def _call_resolved(worker, *args):

