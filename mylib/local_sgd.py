@@ -83,3 +83,34 @@ def bytes_per_step(param_bytes, world_size, sync_every):
     if sync_every < 1 or world_size < 1:
         raise ValueError(f"need sync_every >= 1 and world_size >= 1, got {sync_every} and {world_size}")
     return 2 * (world_size - 1) / world_size * param_bytes / sync_every
+
+
+def stale_gradient_sgd(model, batches, lr, delay, loss_fn):
+    """Asynchronous SGD as the parameters see it: each step applies a gradient ``delay`` steps old.
+
+    With ``n`` workers pushing gradients to a parameter server in turn, a
+    worker's gradient was computed on parameters that ``n - 1`` others have
+    updated since (Dean et al. 2012; Hogwild!, Niu et al. 2011). Nobody waits
+    for a straggler; the price is staleness. One process plays it out: the
+    gradient applied at step ``t`` is computed on the parameters of step
+    ``t - delay`` (the first ``delay`` steps use the initial parameters).
+    Returns the loss of each step's batch at the current parameters.
+    """
+    from torch.func import functional_call
+
+    if delay < 0:
+        raise ValueError(f"delay must be >= 0 steps, got {delay}")
+    names = [name for name, _ in model.named_parameters()]
+    history = [[p.detach().clone() for p in model.parameters()]]
+    losses = []
+    for x, y in batches:
+        stale = dict(zip(names, [t.requires_grad_() for t in (p.clone() for p in history[max(0, len(history) - 1 - delay)])]))
+        loss = loss_fn(functional_call(model, stale, (x,)), y)
+        grads = torch.autograd.grad(loss, list(stale.values()))
+        with torch.no_grad():
+            losses.append(loss_fn(model(x), y).item())
+            for p, g in zip(model.parameters(), grads):
+                p.add_(g, alpha=-lr)
+        history.append([p.detach().clone() for p in model.parameters()])
+        del history[:-(delay + 1)]  # only the last delay + 1 versions can still be needed
+    return losses

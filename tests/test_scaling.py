@@ -241,3 +241,119 @@ def test_local_sgd_bad_input():
     with pytest.raises(ValueError):
         bytes_per_step(100, 2, 0)
     assert bytes_per_step(1000, 4, 2) == pytest.approx(2 * 3 / 4 * 1000 / 2)
+
+
+# -- the chapter's exercises: their key points are asserted here -------------
+
+def test_chapter_exercise_answers():
+    assert comm_bound_ranks(transformer_like_layers(2.6e9, 20.0), 0.0, 25e9) == 98
+    assert expected_slowest_delay_s(256, 0.004) == pytest.approx(0.0245, abs=1e-4)
+    assert expected_slowest_delay_s(16, 0.004) == pytest.approx(0.0135, abs=1e-4)
+    assert bytes_per_step(1.4e9, 16, 1) == pytest.approx(2.625e9)
+    assert bytes_per_step(1.4e9, 16, 8) == pytest.approx(0.328125e9)
+
+
+# -- the measured run: the arithmetic does not change with the rank count ----
+
+def _small_model():
+    from mylib.scaling_measure import mlp
+    return mlp(width=32, depth=3)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_fixed_global_batch_equals_one_process(world_size):
+    from mylib.scaling_measure import global_batches, train_fixed_global_batch, train_single_process
+
+    batches = global_batches(4, 12, 32)
+    reference = train_single_process(_small_model, batches, 0.05)
+    results = run_ranks(train_fixed_global_batch, world_size, args=(_small_model, batches, 0.05),
+                        kwargs=dict(comm_sizes=[4096, 65536]), show_output=False)
+    for step_s, allreduce_s, params in results:
+        assert len(step_s) == 4 and (allreduce_s is None) == (world_size == 1)
+        for p, r in zip(params, reference):
+            assert (p - r).abs().max().item() < 1e-6
+
+
+def test_fixed_global_batch_mylib_equals_torch_ddp():
+    from mylib.scaling_measure import global_batches, train_fixed_global_batch
+
+    batches = global_batches(3, 8, 32)
+    ours = run_ranks(train_fixed_global_batch, 2, args=(_small_model, batches, 0.05),
+                     kwargs=dict(comm_sizes=[4096, 65536]), show_output=False)
+    theirs = run_ranks(train_fixed_global_batch, 2, args=(_small_model, batches, 0.05),
+                       kwargs=dict(comm_sizes=[4096, 65536], use_torch_ddp=True), show_output=False)
+    for p, q in zip(ours[0][2], theirs[0][2]):
+        assert (p - q).abs().max().item() < 1e-6
+
+
+def test_fixed_global_batch_needs_an_even_split():
+    from mylib import RankError
+    from mylib.scaling_measure import global_batches, train_fixed_global_batch
+
+    with pytest.raises(RankError, match="split evenly"):
+        run_ranks(train_fixed_global_batch, 3, args=(_small_model, global_batches(1, 8, 32), 0.05),
+                  show_output=False)
+
+
+def test_predicted_step_recovers_the_link():
+    from mylib.scaling_measure import COMM_SIZES, linear_layers, predicted_step
+
+    model = _small_model()
+    alpha, beta = 50e-6, 2e9
+    measured = [ring_all_reduce_time(b, 4, alpha, beta) for b in COMM_SIZES]
+    timeline, fit = predicted_step(model, 4, 0.001, 0.002, measured, cores=2)
+    assert fit.alpha == pytest.approx(alpha, rel=1e-6) and fit.beta == pytest.approx(beta, rel=1e-6)
+    assert timeline.backward_end_s == pytest.approx(0.001 * 2 + 0.002 * 2)  # 4 ranks share 2 cores
+    layers = linear_layers(model, 0.003)
+    assert [l.param_bytes for l in layers] == [(32 * 4, 32 * 32 * 4)] * 3
+    one, no_fit = predicted_step(model, 1, 0.001, 0.002)
+    assert no_fit is None and one.comm_s == 0.0
+
+
+def test_straggler_steps_shape():
+    from mylib.scaling_measure import straggler_steps
+
+    results = run_ranks(straggler_steps, 2, args=(0.001, [0.0, 0.002], 3), kwargs=dict(jitter_mean_s=0.001),
+                        show_output=False)
+    for own, step, delays in results:
+        assert len(own) == len(step) == len(delays) == 3
+        assert all(s >= o for s, o in zip(step, own))  # the step includes the compute
+
+
+# -- asynchronous SGD: staleness ---------------------------------------------
+
+def test_stale_gradient_sgd():
+    from mylib.local_sgd import stale_gradient_sgd
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
+
+    gen = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(4, 3, generator=gen), torch.randn(4, 1, generator=gen)) for _ in range(6)]
+    fresh, plain = model(), model()
+    stale_gradient_sgd(fresh, batches, 0.1, 0, torch.nn.functional.mse_loss)
+    for x, y in batches:  # delay 0 is plain SGD
+        torch.nn.functional.mse_loss(plain(x), y).backward()
+        with torch.no_grad():
+            for p in plain.parameters():
+                p.add_(p.grad, alpha=-0.1)
+                p.grad = None
+    for p, q in zip(fresh.parameters(), plain.parameters()):
+        assert (p - q).abs().max().item() < 1e-6
+    # delay 2: the first three steps all use the initial parameters' gradients.
+    stale = model()
+    stale_gradient_sgd(stale, batches[:3], 0.1, 2, torch.nn.functional.mse_loss)
+    expected = model()
+    grads = []
+    for x, y in batches[:3]:
+        expected.zero_grad()
+        torch.nn.functional.mse_loss(expected(x), y).backward()
+        grads.append([p.grad.clone() for p in expected.parameters()])
+    with torch.no_grad():
+        for i, p in enumerate(expected.parameters()):
+            p.sub_(0.1 * sum(g[i] for g in grads))
+    for p, q in zip(stale.parameters(), expected.parameters()):
+        assert (p - q).abs().max().item() < 1e-6
+    with pytest.raises(ValueError, match="delay"):
+        stale_gradient_sgd(model(), batches, 0.1, -1, torch.nn.functional.mse_loss)

@@ -4,7 +4,26 @@
   it after the builder started (sphinx-thebe does: ``const THEBE_JS_URL = ...``),
   and the second ``const`` declaration is a JavaScript error on every page. We
   drop repeated scripts from each page's context, keeping the first.
+* The ipywidgets manager (``_static/widgets/embed-amd.js``) is only needed
+  where a widget view is on the page. A chapter's live figures show their
+  static twin instead (``mylib.livefig``), so on most pages the manager, its
+  require.js and the saved widget state are dead weight: we drop them.
+* Where a widget view is shown, the manager fetches its icon fonts from a path
+  derived from its AMD module name, relative to the *page*
+  (``notebooks/@jupyter-widgets/html-manager/dist/<hash>.woff2``), which does
+  not exist. A require.js ``paths`` entry, set before require.js loads, maps
+  that name to ``_static/widgets/``, where ``book/vendor.sh`` puts the fonts.
 """
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+# A global ``require`` object defined before require.js loads is its configuration.
+# data-content_root on <html> is the relative path from this page to the site root.
+REQUIREJS_CONFIG_JS = (
+    "var require = {paths: {'@jupyter-widgets/html-manager/dist': new URL('_static/widgets', "
+    "new URL(document.documentElement.dataset.content_root || './', document.baseURI)).href}};"
+)
 
 
 def _script_key(script):
@@ -14,11 +33,15 @@ def _script_key(script):
     return (str(filename), tuple(sorted((k, str(v)) for k, v in attributes.items())))
 
 
-def drop_repeated_scripts(app, pagename, templatename, context, doctree):
+def _is_widget_script(script):
+    filename = str(getattr(script, "filename", script) or "")
+    attributes = getattr(script, "attributes", None) or {}
+    return (filename.endswith(("widgets/require.js", "widgets/embed-amd.js"))
+            or attributes.get("type") == WIDGET_STATE)
+
+
+def drop_repeated_scripts(scripts):
     """Keep the first of scripts that have the same file and attributes (inline body included)."""
-    scripts = context.get("script_files")
-    if not scripts:
-        return
     seen, unique = set(), []
     for script in scripts:
         key = _script_key(script)
@@ -28,6 +51,19 @@ def drop_repeated_scripts(app, pagename, templatename, context, doctree):
     scripts[:] = unique
 
 
+def fix_page_scripts(app, pagename, templatename, context, doctree):
+    """Runs after myst-nb added its scripts to the page (this handler's priority is later)."""
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    drop_repeated_scripts(scripts)
+    if any(_is_widget_script(s) for s in scripts):
+        if WIDGET_VIEW in context.get("body", ""):
+            app.add_js_file(None, body=REQUIREJS_CONFIG_JS, priority=450)  # before require.js (500)
+        else:
+            scripts[:] = [s for s in scripts if not _is_widget_script(s)]
+
+
 def setup(app):
-    app.connect("html-page-context", drop_repeated_scripts)
+    app.connect("html-page-context", fix_page_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
