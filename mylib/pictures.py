@@ -123,7 +123,7 @@ def data_parallel_step_figure(world_size=2):
     ``world_size`` and the rank colours of the other pictures.
     """
     n = world_size
-    fig, ax = plt.subplots(figsize=(9.0, 1.3 + 1.0 * n))
+    fig, ax = plt.subplots(figsize=(8.0, 1.4 + 1.1 * n))
     height = n * 1.0
     ax.set_xlim(0, 10.2)
     ax.set_ylim(-0.2, height + 0.4)
@@ -131,7 +131,7 @@ def data_parallel_step_figure(world_size=2):
 
     def box(x, y, w, h, text, color="#ffffff", text_color="black"):
         ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", linewidth=0.8))
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8.5, color=text_color)
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=10, color=text_color)
 
     def arrow(x1, y1, x2, y2):
         ax.annotate("", xy=(x2, y2), xytext=(x1, y1), arrowprops=dict(arrowstyle="-|>", lw=1.0, color="black"))
@@ -147,7 +147,7 @@ def data_parallel_step_figure(world_size=2):
         box(7.3, y + 0.15, 2.7, shard_h - 0.3, f"rank {r}: " + r"$w \leftarrow w - \eta\,\bar g$" + "\nsame step, same w")
         arrow(6.6, height / 2, 7.3, y + shard_h / 2)
     box(5.0, height / 2 - 0.45, 1.6, 0.9, "all-reduce\n" + r"$\bar g = \frac{1}{n}\sum_r g_r$", "#fdae6b")
-    ax.text(0.1, height + 0.15, "global batch", fontsize=9, fontweight="bold")
-    ax.text(7.3, height + 0.15, "optimizer step", fontsize=9, fontweight="bold")
+    ax.text(0.1, height + 0.15, "global batch", fontsize=11, fontweight="bold")
+    ax.text(7.3, height + 0.15, "optimizer step", fontsize=11, fontweight="bold")
     fig.tight_layout()
     return fig
