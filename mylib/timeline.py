@@ -63,25 +63,41 @@ class Layer:
 
 
 class Link:
-    """The network as the alpha-beta model sees it: ``ranks``, latency ``alpha_s``, bandwidth in bytes/s."""
+    """Communication as the model sees it: the alpha-beta ring over ``ranks``, and how it shares the machine.
 
-    __slots__ = ("ranks", "alpha_s", "bandwidth")
+    ``alpha_s`` is the latency per message (seconds), ``bandwidth`` the link
+    bandwidth in bytes/s. The two stretch factors say how communication and
+    compute slow each other down while both run: an all-reduce takes
+    ``comm_stretch`` times longer while the backward is computing, and the
+    backward ``compute_stretch`` times longer while an all-reduce runs. On
+    GPUs with NCCL both are close to 1 (communication has its own engines,
+    though its kernels take a few SMs); with gloo on a CPU, communication
+    copies and sums bytes on the very cores that compute, and both stretch.
+    """
 
-    def __init__(self, ranks, alpha_s, bandwidth):
+    __slots__ = ("ranks", "alpha_s", "bandwidth", "comm_stretch", "compute_stretch")
+
+    def __init__(self, ranks, alpha_s, bandwidth, comm_stretch=1.0, compute_stretch=1.0):
         if int(ranks) != ranks or ranks < 1:
             raise ValueError(f"ranks must be a whole number >= 1, got {ranks}")
         if alpha_s < 0:
             raise ValueError(f"alpha_s (latency per message, seconds) must be >= 0, got {alpha_s}")
         if bandwidth <= 0:
             raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}; e.g. 10e9 for 10 GB/s")
+        if comm_stretch < 1 or compute_stretch < 1:
+            raise ValueError(f"stretch factors are slowdowns and must be >= 1 (1: no interference), got "
+                             f"comm_stretch={comm_stretch}, compute_stretch={compute_stretch}")
         self.ranks, self.alpha_s, self.bandwidth = int(ranks), float(alpha_s), float(bandwidth)
+        self.comm_stretch, self.compute_stretch = float(comm_stretch), float(compute_stretch)
 
     def allreduce_s(self, nbytes):
-        """Seconds for a ring all-reduce of ``nbytes``: 2(n-1) alpha + 2(n-1)/n x bytes / bandwidth."""
+        """Seconds for a ring all-reduce of ``nbytes`` on an idle machine: 2(n-1) alpha + 2(n-1)/n x bytes / bandwidth."""
         return ring_all_reduce_time(nbytes, self.ranks, self.alpha_s, self.bandwidth)
 
     def __repr__(self):
-        return f"Link(ranks={self.ranks}, alpha_s={self.alpha_s:g}, bandwidth={self.bandwidth:g})"
+        stretch = (f", comm_stretch={self.comm_stretch:g}, compute_stretch={self.compute_stretch:g}"
+                   if (self.comm_stretch, self.compute_stretch) != (1.0, 1.0) else "")
+        return f"Link(ranks={self.ranks}, alpha_s={self.alpha_s:g}, bandwidth={self.bandwidth:g}{stretch})"
 
 
 class Span:
@@ -182,30 +198,59 @@ def summarize(spans):
 
 
 def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
-    """Lay out compute and all-reduces in time for a given bucket assignment."""
+    """Lay out compute and all-reduces in time for a given bucket assignment.
+
+    An event loop over two queues, the layers (one after another) and the
+    buckets (in order, each once it is ready and the link is free). Between
+    two events each side advances at its rate: 1, or 1/stretch while the other
+    side is busy too.
+    """
     spans, t = [], 0.0
     if forward_s > 0:
         spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
         t = forward_s
-    ready_at, sizes = [], []  # per parameter, in backward order
-    for layer in layers:
-        spans.append(Span(COMPUTE, "backward", t, t + layer.backward_s, layer.name))
-        t += layer.backward_s
-        for nbytes in layer.param_bytes:
-            ready_at.append(t)
-            sizes.append(nbytes)
-    backward_end = t
-    link_free = forward_s
-    for index, bucket in enumerate(buckets):
-        nbytes = sum(sizes[i] for i in bucket)
-        ready = backward_end if launch_at_end else max(ready_at[i] for i in bucket)
-        start = max(ready, link_free)
-        link_free = start + link.allreduce_s(nbytes)
-        spans.append(Span(COMM, "allreduce", start, link_free, f"b{index}", bucket=index, nbytes=nbytes,
-                          ready_s=ready))
-    end = max(backward_end, link_free)
+    bucket_of = {i: k for k, bucket in enumerate(buckets) for i in bucket}
+    missing = [len(bucket) for bucket in buckets]  # gradients each bucket still waits for
+    sizes = [b for layer in layers for b in layer.param_bytes]
+    ready_at = [None] * len(buckets)
+    layer, layer_start, work_left = 0, t, (layers[0].backward_s if layers else 0.0)
+    param = 0
+    bucket, comm_start, comm_left = 0, None, 0.0  # next bucket to send; when the one on the link started
+    while layer < len(layers) or bucket < len(buckets):
+        computing, sending = layer < len(layers), comm_start is not None
+        if not sending and bucket < len(buckets) and ready_at[bucket] is not None:
+            comm_start, sending = t, True
+            comm_left = link.allreduce_s(sum(sizes[i] for i in buckets[bucket]))
+        compute_rate = 1.0 / link.compute_stretch if sending else 1.0
+        comm_rate = 1.0 / link.comm_stretch if computing else 1.0
+        dt_compute = work_left / compute_rate if computing else float("inf")
+        dt_comm = comm_left / comm_rate if sending else float("inf")
+        dt = min(dt_compute, dt_comm)
+        if dt == float("inf"):
+            raise AssertionError("timeline model stalled: a bucket can never become ready")  # a bug, not bad input
+        t += dt
+        if computing:
+            work_left -= dt * compute_rate
+        if sending:
+            comm_left -= dt * comm_rate
+        if computing and dt == dt_compute:  # the layer is done: its gradients are ready
+            spans.append(Span(COMPUTE, "backward", layer_start, t, layers[layer].name))
+            for _ in layers[layer].param_bytes:
+                missing[bucket_of[param]] -= 1
+                if missing[bucket_of[param]] == 0 and not launch_at_end:
+                    ready_at[bucket_of[param]] = t
+                param += 1
+            layer += 1
+            layer_start, work_left = t, (layers[layer].backward_s if layer < len(layers) else 0.0)
+            if layer == len(layers) and launch_at_end:
+                ready_at = [t] * len(buckets)
+        if sending and dt == dt_comm:
+            nbytes = sum(sizes[i] for i in buckets[bucket])
+            spans.append(Span(COMM, "allreduce", comm_start, t, f"b{bucket}", bucket=bucket, nbytes=nbytes,
+                              ready_s=ready_at[bucket]))
+            bucket, comm_start = bucket + 1, None
     if optimizer_s > 0:
-        spans.append(Span(COMPUTE, "optimizer", end, end + optimizer_s, "optimizer"))
+        spans.append(Span(COMPUTE, "optimizer", t, t + optimizer_s, "optimizer"))
     return Timeline(spans, name=name, buckets=buckets)
 
 

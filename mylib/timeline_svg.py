@@ -29,6 +29,20 @@ def _fill(span, index):
     return PALETTE.get(span.kind, PALETTE["idle"])
 
 
+def _shader():
+    """A function giving each span its shade index: it changes with the layer (the label up to its first dot)."""
+    last, counters = {}, {}
+
+    def shade(span):
+        group = span.label.split(".", 1)[0]
+        if last.get(span.lane) != group:
+            counters[span.lane] = counters.get(span.lane, -1) + 1
+            last[span.lane] = group
+        return counters[span.lane]
+
+    return shade
+
+
 def _tooltip(span):
     what = f"{span.label}: {span.kind}" if span.label and span.label != span.kind else span.kind
     size = f", {span.nbytes / MB:.3g} MB" if span.nbytes else ""
@@ -44,27 +58,57 @@ def _metric_lines(timeline):
     ]
 
 
-def _draw_lanes(fig, timeline, y, x_of, *, upto_s=None, faint_after=False):
-    """Draw one timeline's lanes starting at height ``y``; spans after ``upto_s`` are faint or clipped."""
+MIN_PX = 1.5  # spans narrower than this are drawn together: a redraw stays fast and the picture is the same
+
+
+def _boxes(spans, x_of, t0):
+    """Group a lane's spans into boxes to draw: ``(x0, x1, fill, tooltip)``.
+
+    Neighbouring spans of one layer (same shade) become one box; runs of
+    spans too narrow to see apart become one box in the lane's colour.
+    """
+    boxes, shade = [], _shader()
+    for span in spans:
+        i = shade(span)
+        x0, x1, fill = x_of(span.start_s - t0), x_of(span.end_s - t0), _fill(span, i)
+        group = span.label.split(".", 1)[0]
+        if boxes:
+            last = boxes[-1]
+            same_layer = last["fill"] == fill and last["group"] == group and x0 - last["x1"] < 0.5
+            both_thin = x1 - x0 < MIN_PX and last["x1"] - last["x0"] < MIN_PX * last["n"] and x0 - last["x1"] < 0.5
+            if same_layer or both_thin:
+                if not same_layer:
+                    last["fill"] = PALETTE["comm"] if span.kind == "allreduce" else PALETTE["compute"]
+                last.update(x1=max(last["x1"], x1), end=span.end_s, n=last["n"] + 1, nbytes=last["nbytes"] + span.nbytes,
+                            last_label=span.label)
+                continue
+        boxes.append(dict(x0=x0, x1=x1, fill=fill, group=group, n=1, first=span, end=span.end_s,
+                          nbytes=span.nbytes, last_label=span.label))
+    out = []
+    for box in boxes:
+        first = box["first"]
+        if box["n"] == 1:
+            tip = _tooltip(first)
+        else:
+            label = group_label = first.label.split(".", 1)[0]
+            if label != box["last_label"].split(".", 1)[0]:
+                group_label = f"{label} to {box['last_label'].split('.', 1)[0]}"
+            size = f", {box['nbytes'] / MB:.3g} MB" if box["nbytes"] else ""
+            tip = (f"{group_label}: {box['n']} {first.kind} spans{size}, {format_seconds(first.start_s - t0)} to "
+                   f"{format_seconds(box['end'] - t0)}")
+        out.append((box["x0"], box["x1"], box["fill"], tip))
+    return out
+
+
+def _draw_lanes(fig, timeline, y, x_of):
+    """Draw one timeline's lanes starting at height ``y``; returns each lane's height."""
     lane_y = {lane: y + i * (LANE_H + LANE_GAP) for i, lane in enumerate(timeline.lanes)}
     for lane, ly in lane_y.items():
         fig.rect(x_of(0), ly, x_of(timeline.step_s) - x_of(0), LANE_H, fill="#f4f4f4")
         fig.text(LEFT - 6, ly + LANE_H - 4, lane, anchor="end", size=11, fill=PALETTE["muted"])
-    counters = {}
-    for span in timeline.spans:
-        if span.lane not in lane_y:
-            continue
-        i = counters[span.lane] = counters.get(span.lane, -1) + 1
-        start, end = span.start_s - timeline.start_s, span.end_s - timeline.start_s
-        opacity = None
-        if upto_s is not None and end > upto_s:
-            if start >= upto_s or faint_after:
-                opacity = 0.18
-            else:  # running at the cursor: draw the part done, the rest faint
-                fig.rect(x_of(start), lane_y[span.lane], x_of(upto_s) - x_of(start), LANE_H, fill=_fill(span, i))
-                start, opacity = upto_s, 0.18
-        fig.rect(x_of(start), lane_y[span.lane], max(x_of(end) - x_of(start), 0.6), LANE_H,
-                 fill=_fill(span, i), opacity=opacity, title=_tooltip(span))
+        spans = [s for s in timeline.spans if s.lane == lane]
+        for x0, x1, fill, tip in _boxes(spans, x_of, timeline.start_s):
+            fig.rect(x0, ly, max(x1 - x0, 0.6), LANE_H, fill=fill, title=tip)
     return lane_y
 
 
@@ -132,16 +176,34 @@ def draw_timelines(timelines, *, width=900, t_max_s=None, title=None, panel=True
     return fig.to_string()
 
 
-HIDDEN = 2048  # the figure's layers are Linear(2048, 2048): a 16 MB fp32 weight and an 8 KB bias
+WIDTH = 1024  # the figure's model: GPT-2-style transformer blocks of width 1024 (GPT-2 medium's), fp32 gradients
+
+# One block's parameters, as (sub-layer, gradient bytes of its parameters in backward order: bias, then weight),
+# in backward order: the MLP first, then the attention. 12 tensors, 12.6 M parameters, 48 MB.
+BLOCK = (
+    ("mlp.c_proj", (4 * WIDTH, 4 * 4 * WIDTH * WIDTH)),
+    ("mlp.c_fc", (4 * 4 * WIDTH, 4 * 4 * WIDTH * WIDTH)),
+    ("ln_2", (4 * WIDTH, 4 * WIDTH)),
+    ("attn.c_proj", (4 * WIDTH, 4 * WIDTH * WIDTH)),
+    ("attn.c_attn", (4 * 3 * WIDTH, 4 * 3 * WIDTH * WIDTH)),
+    ("ln_1", (4 * WIDTH, 4 * WIDTH)),
+)
+BLOCK_BYTES = sum(sum(sizes) for _, sizes in BLOCK)
 
 
 def figure_layers(n_layers, backward_ms_per_layer):
-    """The layers of :func:`bucketing_figure`: ``n_layers`` x Linear(2048, 2048) in fp32, backward order."""
-    return tl.uniform_layers(n_layers, (4 * HIDDEN, 4 * HIDDEN * HIDDEN), backward_ms_per_layer * 1e-3)
+    """The layers of :func:`bucketing_figure`: ``n_layers`` transformer blocks, in backward order.
+
+    Each block is split into its six sub-layers, so that gradients become
+    ready through the block, not all at its end; a sub-layer's share of the
+    block's backward time is its share of the parameters (the matmul FLOPs).
+    """
+    return [tl.Layer(f"block{i}.{name}", backward_ms_per_layer * 1e-3 * sum(sizes) / BLOCK_BYTES, sizes)
+            for i in reversed(range(int(n_layers))) for name, sizes in BLOCK]
 
 
-def bucketing_timelines(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=10.0, latency_us=20.0,
-                        backward_ms_per_layer=3.0, ranks=8):
+def bucketing_timelines(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=25.0, latency_us=50.0,
+                        backward_ms_per_layer=10.0, ranks=8):
     """The three timelines of :func:`bucketing_figure`: all at end, per parameter, DDP's buckets."""
     layers = figure_layers(n_layers, backward_ms_per_layer)
     link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
@@ -149,31 +211,30 @@ def bucketing_timelines(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=10.0, la
             tl.simulate(layers, bucket_cap_mb * MB, link, name=f"buckets of {bucket_cap_mb:g} MB (DDP)")]
 
 
-def bucketing_figure(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=10.0, latency_us=20.0,
-                     backward_ms_per_layer=3.0, ranks=8):
+def bucketing_figure(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=25.0, latency_us=50.0,
+                     backward_ms_per_layer=10.0, ranks=8):
     """Chapter 3's figure: the two baselines and DDP's buckets for one set of slider values (an SVG string).
 
     Bandwidth is in GB/s (1e9 bytes/s), the cap in MB (2**20 bytes, as
     PyTorch's ``bucket_cap_mb``), latency in microseconds per message.
     """
     rows = bucketing_timelines(n_layers, bucket_cap_mb, bandwidth_gb_s, latency_us, backward_ms_per_layer, ranks)
-    grads = HIDDEN * (HIDDEN + 1) * 4 * n_layers
-    title = (f"{n_layers} layers, {grads / MB:,.0f} MB of gradients, {ranks} ranks, "
+    title = (f"{n_layers} transformer blocks ({n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {ranks} ranks, "
              f"{bandwidth_gb_s:g} GB/s, {latency_us:g} us per message")
     return draw_timelines(rows, title=title)
 
 
 # The sliders of the chapter's LiveFigure(bucketing_figure, BUCKETING_SLIDERS) (dicts: no import of livefig here).
 BUCKETING_SLIDERS = [
-    dict(name="n_layers", label="layers", min=2, max=96, step=1, default=24),
+    dict(name="n_layers", label="layers (blocks)", min=1, max=96, step=1, default=24),
     dict(name="bucket_cap_mb", label="bucket cap",
          options=[("0: per parameter", 0.0)] + [(f"{c:g} MB", c) for c in (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0,
                                                                             200.0, 400.0)], default=25.0),
     dict(name="bandwidth_gb_s", label="bandwidth",
-         options=[(f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)], default=10.0),
+         options=[(f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)], default=25.0),
     dict(name="latency_us", label="latency per message",
-         options=[(f"{a:g} us", a) for a in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)], default=20.0),
-    dict(name="backward_ms_per_layer", label="backward per layer", min=0.5, max=10.0, step=0.5, default=3.0,
+         options=[(f"{a:g} us", a) for a in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)], default=50.0),
+    dict(name="backward_ms_per_layer", label="backward per block", min=1.0, max=40.0, step=1.0, default=10.0,
          unit="ms"),
     dict(name="ranks", label="ranks", options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)], default=8),
 ]
@@ -228,6 +289,11 @@ def ddp_step_strip(timeline, *, width=900):
     moments = strip_moments(timeline)
     cols, panel_w, panel_h = 3, width / 3, 132
     fig = Svg(width, 2 * panel_h + 26, label="one DDP step in six panels")
+    x = 8
+    for state, colour in BUCKET_STATES.items():  # the legend of the bucket squares
+        fig.rect(x, 2 * panel_h + 10, 10, 10, fill=colour)
+        fig.text(x + 14, 2 * panel_h + 19, state, size=10, fill=PALETTE["muted"])
+        x += 30 + 6 * len(state)
     for k, (t, caption) in enumerate(zip(moments, STRIP_CAPTIONS)):
         ox, oy = (k % cols) * panel_w, (k // cols) * panel_h
 
@@ -239,9 +305,9 @@ def ddp_step_strip(timeline, *, width=900):
         for i, lane in enumerate(timeline.lanes):
             fig.text(ox + LEFT * 0.7 - 6, lanes_y + i * (LANE_H + LANE_GAP) + LANE_H - 4, lane, anchor="end",
                      size=10, fill=PALETTE["muted"])
-        counters = {}
+        shade = _shader()
         for span in timeline.spans:
-            i = counters[span.lane] = counters.get(span.lane, -1) + 1
+            i = shade(span)
             ly = lanes_y + timeline.lanes.index(span.lane) * (LANE_H + LANE_GAP)
             start, end = span.start_s - timeline.start_s, span.end_s - timeline.start_s
             done_end = min(end, t)

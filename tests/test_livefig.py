@@ -95,9 +95,9 @@ def test_value_at_is_idempotent_and_in_range(lo, span, step, frac, position):
 def test_render_positions_calls_the_same_function_with_the_same_values():
     fig = chapter_figure()
     specs = json.dumps([s.spec() for s in fig.sliders])
-    positions = {"n_layers": 50, "bucket_cap_mb": 1, "backward_ms_per_layer": "2.5"}
+    positions = {"n_layers": 50, "bucket_cap_mb": 1, "backward_ms_per_layer": "7.2"}
     got = render_positions("mylib.timeline_svg", "bucketing_figure", specs, json.dumps(positions))
-    assert got == fig.svg(n_layers=50, bucket_cap_mb=fig.sliders[1].options[1], backward_ms_per_layer=2.5)
+    assert got == fig.svg(n_layers=50, bucket_cap_mb=fig.sliders[1].options[1], backward_ms_per_layer=7.0)
     assert render_positions("mylib.timeline_svg", "bucketing_figure", specs, "{}") == fig.svg()
 
 
@@ -171,12 +171,12 @@ def test_widget_redraws_with_the_same_values_as_the_browser():
     by_name = dict(zip((s.name for s in fig.sliders), controls))
     by_name["n_layers"].value = 40
     by_name["bucket_cap_mb"].index = 1
-    by_name["backward_ms_per_layer"].value = 2.5000000001  # float noise from a front end snaps to the grid
-    assert fig.values["n_layers"] == 40 and fig.values["backward_ms_per_layer"] == 2.5
+    by_name["backward_ms_per_layer"].value = 7.0000000001  # float noise from a front end snaps to the grid
+    assert fig.values["n_layers"] == 40 and fig.values["backward_ms_per_layer"] == 7.0
     assert box.drawing.value == bucketing_figure(**fig.values)
     assert len(fig.redraw_s) == 3 and all(t > 0 for t in fig.redraw_s)
     specs = json.dumps([s.spec() for s in fig.sliders])
-    positions = {"n_layers": 40, "bucket_cap_mb": 1, "backward_ms_per_layer": 2.5}
+    positions = {"n_layers": 40, "bucket_cap_mb": 1, "backward_ms_per_layer": 7}
     assert render_positions(fig.module, fig.function, specs, json.dumps(positions)) == box.drawing.value
 
 

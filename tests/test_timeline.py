@@ -36,6 +36,25 @@ def test_hand_computed_timeline():
     assert t.n_buckets == 3
 
 
+def test_contention_stretches_overlapping_compute_and_communication():
+    # While both run, compute goes 1.5x slower and the all-reduce 2x slower (CPU cores shared, as with gloo).
+    layers = [tl.Layer("b", 1e-3, (1,)), tl.Layer("a", 1e-3, (1,))]
+    link = tl.Link(2, 0.0, 1000.0, comm_stretch=2.0, compute_stretch=1.5)
+    t = tl.simulate(layers, 0, link)
+    # 0-1 ms: layer b alone. At 1 ms bucket 0 (1 ms of work) starts; layer a (1 ms of work) now takes
+    # 1.5 ms: done at 2.5 ms, when bucket 0 has done 0.75 ms of work. It finishes alone at 2.75 ms;
+    # bucket 1 then runs alone until 3.75 ms.
+    compute = [s for s in t.spans if s.kind == "backward"]
+    assert [x for s in compute for x in (s.start_s, s.end_s)] == pytest.approx([0, 1e-3, 1e-3, 2.5e-3])
+    assert [x for s in comm_spans(t) for x in (s.start_s, s.end_s)] == pytest.approx([1e-3, 2.75e-3, 2.75e-3, 3.75e-3])
+    assert t.exposed_comm_s == pytest.approx(1.25e-3)
+    # No overlap, nothing to stretch: the all-at-end baseline is the same on any machine.
+    plain = tl.Link(2, 0.0, 1000.0)
+    assert tl.all_at_end(layers, link).step_s == pytest.approx(tl.all_at_end(layers, plain).step_s)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        tl.Link(2, 0.0, 1000.0, comm_stretch=0.5)
+
+
 def test_baselines():
     layers = tl.uniform_layers(4, (8, 1000), 2e-3)
     link = tl.Link(4, 10e-6, 1e6)
@@ -199,3 +218,7 @@ def test_default_figure_has_the_chapter_story():
     end, per, buckets = (found[(k, "step_s")] for k in range(3))
     assert buckets < per < end
     assert found[(2, "overlap")] > 0.8 and not math.isnan(found[(2, "overlap")])
+    # ... and that with the default buckets only the last bucket is exposed.
+    bucketed = ts.bucketing_timelines()[2]
+    assert bucketed.exposed_comm_s == pytest.approx(comm_spans(bucketed)[-1].duration_s)
+    assert ts.bucketing_timelines()[1].exposed_comm_s > 10 * bucketed.exposed_comm_s

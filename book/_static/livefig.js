@@ -13,7 +13,8 @@
  *
  * For tests and the curious, each figure carries data-state (static, loading,
  * live, error), data-renders (how many redraws so far), data-positions (the
- * slider positions of the drawing shown) and data-render-ms (last redraw).
+ * slider positions of the drawing shown) and data-render-ms (last redraw), and
+ * window.mylibLivefig.python(["timeline", ...]) gives the page's Pyodide.
  */
 (function () {
   "use strict";
@@ -133,6 +134,13 @@
   }
 
   function setUpAll() { document.querySelectorAll(".livefig").forEach(setUp); }
+  // For tests and the curious: the page's Python (a promise of the Pyodide instance, mylib loaded).
+  window.mylibLivefig = {
+    python: function (modules) {
+      return loadPython().then(function (py) { return loadModules(py, modules || []).then(function () { return py; }); });
+    },
+    redraw: redraw
+  };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpAll);
   else setUpAll();
 })();

@@ -1,0 +1,212 @@
+"""Model against measurement: calibrate the timeline model on this machine, trace real MyDDP steps.
+
+:func:`trace_caps` runs on every rank (inside :func:`mylib.run_ranks`), in
+rounds. Each round first measures the model's inputs, then runs one MyDDP
+step per bucket cap, so that a model and the steps it predicts are measured
+within the same second (on a shared machine the speed drifts between rounds):
+
+1. each layer's backward alone, with no communication (:func:`mylib.tracer.time_layers`);
+2. all-reduces of several sizes, and alpha and beta fitted to them
+   (:func:`mylib.commbench.time_all_reduce`, :func:`mylib.costmodel.fit_alpha_beta`);
+3. how much compute and communication slow each other down when they run
+   together (:func:`measure_contention`);
+4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its
+   own copy of the model wrapped in MyDDP.
+
+:func:`compare` feeds each round's inputs to the model (:mod:`mylib.timeline`)
+and sets its step time against that round's measured step. Both sides are
+Timelines: ``draw_timelines([model, measured])`` puts one above the other.
+"""
+
+import copy
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mylib import timeline as tl
+from mylib.buckets import MB
+from mylib.commbench import time_all_reduce
+from mylib.costmodel import fit_alpha_beta
+from mylib.ddp import MyDDP
+from mylib.tracer import Tracer, time_layers
+
+ALL_AT_END = "all at end"  # a cap meaning: one bucket, launched when the backward is over
+LINK_SIZES = [2 ** k for k in range(12, 26, 2)]  # 4 KB to 32 MB
+
+
+def mlp(n_layers=8, width=1024, seed=0):
+    """The chapter's test model: ``n_layers`` x (Linear(width, width), ReLU), seeded."""
+    torch.manual_seed(seed)
+    return nn.Sequential(*[m for _ in range(n_layers) for m in (nn.Linear(width, width), nn.ReLU())])
+
+
+def _ddp_for(model, cap):
+    if cap == ALL_AT_END:
+        total = sum(p.numel() * p.element_size() for p in model.parameters()) / MB
+        return MyDDP(model, bucket_cap_mb=total + 1, first_bucket_cap_mb=total + 1)
+    return MyDDP(model, bucket_cap_mb=cap)
+
+
+def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
+    """On every rank: how much a backward and all-reduces slow each other down when they run together.
+
+    Runs the backward alone (``C`` seconds), all-reduces of ``nbytes`` alone,
+    and then both at once: ``k`` all-reduces (``M`` seconds alone, ``M`` close
+    to ``C``) launched just before the backward. With the model's rules
+    (compute runs ``compute_stretch`` times slower while communication runs,
+    communication ``comm_stretch`` times slower while compute runs), the two
+    end times ``Tc`` and ``Tm`` give both factors: the one that finished first
+    was stretched for its whole run, the other for part of it. Returns
+    ``(comm_stretch, compute_stretch)``, medians over ``repeats``, at least 1.
+    """
+    params = [p for p in parameters if p.requires_grad]
+    tensor = torch.zeros(nbytes // 4)
+
+    def backward_alone():
+        for p in params:
+            p.grad = None
+        loss = loss_fn()
+        start = time.perf_counter()
+        loss.backward()
+        return time.perf_counter() - start
+
+    compute_s = min(backward_alone() for _ in range(repeats))
+    one = min(time_all_reduce([nbytes], repeats=repeats, warmup=1))
+    # Every rank must launch the same number of all-reduces: agree on the largest k.
+    k = torch.tensor([max(1, round(compute_s / one))])
+    dist.all_reduce(k, op=dist.ReduceOp.MAX)
+    k = int(k.item())
+    comm_s = k * one
+    comm_factors, compute_factors = [], []
+    for _ in range(repeats):
+        loss = loss_fn()
+        dist.barrier()
+        start = time.perf_counter()
+        works = [dist.all_reduce(tensor, async_op=True) for _ in range(k)]
+        loss.backward()
+        compute_end = time.perf_counter() - start
+        for work in works:
+            work.wait()
+        comm_end = time.perf_counter() - start
+        if compute_end >= comm_end:  # the all-reduces ran alongside compute all along
+            s = comm_end / comm_s
+            alone = compute_end - comm_end  # compute's time alone did that much of its work
+            c = comm_end / (compute_s - alone) if compute_s > alone else 1.0
+        else:  # compute ran alongside the all-reduces all along
+            c = compute_end / compute_s
+            alone = comm_end - compute_end
+            s = compute_end / (comm_s - alone) if comm_s > alone else 1.0
+        comm_factors.append(max(1.0, s))
+        compute_factors.append(max(1.0, c))
+    tensor.zero_()
+    return statistics.median(comm_factors), statistics.median(compute_factors)
+
+
+def calibration_round(model, forward, link_sizes=LINK_SIZES):
+    """The model's inputs, measured now on every rank: layers, alpha and beta, contention.
+
+    Each rank keeps its fastest of three backward passes (other programs only
+    ever add time); a step waits for the slowest rank, so the layers are those
+    of the rank whose backward took longest. The rest are rank 0's values.
+    """
+    layers = time_layers(model, forward, repeats=3, warmup=0, statistic="min")
+    every_rank = [None] * dist.get_world_size()
+    dist.all_gather_object(every_rank, layers)
+    layers = max(every_rank, key=lambda ls: sum(layer.backward_s for layer in ls))
+    seconds = time_all_reduce(link_sizes, repeats=2, warmup=0)
+    fit = fit_alpha_beta(link_sizes, seconds, world_size=dist.get_world_size())
+    bucket_like = max(layer.nbytes for layer in layers) // 4 * 4
+    comm_stretch, compute_stretch = measure_contention(forward, model.parameters(), bucket_like, repeats=2)
+    return {"layers": layers, "alpha_s": fit.alpha, "bandwidth": fit.beta, "fit_error": fit.median_relative_error,
+            "comm_stretch": comm_stretch, "compute_stretch": compute_stretch, "world_size": dist.get_world_size()}
+
+
+def traced_step(ddp, forward, tracer, name):
+    """One MyDDP step (forward, backward, finish_gradient_sync) and its measured Timeline, from backward start."""
+    for p in ddp.parameters():
+        if p.grad is not None:
+            p.grad.zero_()  # in place: .grad stays a view of its bucket
+    loss = forward()
+    dist.barrier()  # the ranks start the backward together, as in a steady training loop
+    tracer.clear()
+    tracer.mark("backward")
+    loss.backward()
+    ddp.finish_gradient_sync()
+    return tracer.timeline(ddp.buckets, name=name)
+
+
+def trace_caps(model, batch, caps_mb, rounds=5, warmup=1, link_sizes=LINK_SIZES):
+    """On every rank: ``rounds`` x (calibrate the model, trace one MyDDP step per cap). Rank 0's results.
+
+    ``model`` is the same module on every rank and ``batch`` this rank's
+    ``(x, y)`` for a mean-squared-error loss. Returns ``{"caps": caps_mb,
+    "rounds": [{"calibration": ..., "measured": {cap: Timeline}}, ...]}``.
+    """
+    x, y = batch
+    loss_fn = nn.MSELoss()
+    wrapped = {cap: _ddp_for(copy.deepcopy(model), cap) for cap in caps_mb}
+    tracer = Tracer()
+    for ddp in wrapped.values():
+        ddp.tracer = tracer
+    results = []
+    for r in range(warmup + rounds):
+        calibration = calibration_round(model, lambda: loss_fn(model(x), y), link_sizes)
+        measured = {cap: traced_step(ddp, lambda ddp=ddp: loss_fn(ddp(x), y), tracer, f"measured, cap {cap_label(cap)}")
+                    for cap, ddp in wrapped.items()}
+        if r >= warmup:
+            results.append({"calibration": calibration, "measured": measured})
+    return {"caps": list(caps_mb), "rounds": results}
+
+
+def cap_label(cap):
+    """``"25 MB"``, ``"0 MB (per parameter)"`` or ``"all at end"``."""
+    if cap == ALL_AT_END:
+        return ALL_AT_END
+    return f"{cap:g} MB" + (" (per parameter)" if cap == 0 else "")
+
+
+def model_for(calibration, cap, contention=True):
+    """The model's Timeline for ``cap`` from one round's calibration (``contention=False``: stretches of 1)."""
+    stretch = (calibration["comm_stretch"], calibration["compute_stretch"]) if contention else (1.0, 1.0)
+    link = tl.Link(calibration["world_size"], calibration["alpha_s"], calibration["bandwidth"], *stretch)
+    name = f"model, cap {cap_label(cap)}" + ("" if contention else ", no contention")
+    if cap == ALL_AT_END:
+        return tl.all_at_end(calibration["layers"], link, name=name)
+    return tl.simulate(calibration["layers"], cap * MB, link, name=name)
+
+
+def compare(result, contention=True):
+    """Per cap, medians over rounds: model step, measured step, relative error; and each side's best cap.
+
+    The error of a round is (model - measured) / measured, the model fed with
+    that round's own calibration.
+    """
+    rows = []
+    for cap in result["caps"]:
+        model_s = [model_for(r["calibration"], cap, contention).step_s for r in result["rounds"]]
+        measured_s = [r["measured"][cap].step_s for r in result["rounds"]]
+        errors = [(m - s) / s for m, s in zip(model_s, measured_s)]
+        rows.append({"cap": cap, "model_s": statistics.median(model_s), "measured_s": statistics.median(measured_s),
+                     "error": statistics.median(errors)})
+    best_model = min(rows, key=lambda r: r["model_s"])["cap"]
+    best_measured = min(rows, key=lambda r: r["measured_s"])["cap"]
+    return rows, best_model, best_measured
+
+
+def typical_round(result):
+    """The round whose total measured time is the median: the one to draw."""
+    totals = sorted(range(len(result["rounds"])),
+                    key=lambda i: sum(t.step_s for t in result["rounds"][i]["measured"].values()))
+    return result["rounds"][totals[len(totals) // 2]]
+
+
+def experiment(caps_mb, n_layers=8, width=1024, batch_size=64, rounds=5, warmup=1):
+    """The chapter's and the benchmark's run, on every rank: an MLP, this rank's batch, :func:`trace_caps`."""
+    model = mlp(n_layers, width)
+    generator = torch.Generator().manual_seed(1000 + dist.get_rank())
+    x = torch.randn(batch_size, width, generator=generator)
+    y = torch.randn(batch_size, width, generator=generator)
+    return trace_caps(model, (x, y), caps_mb, rounds=rounds, warmup=warmup)
