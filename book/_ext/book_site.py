@@ -11,8 +11,8 @@
 * Where a widget view is shown, the manager fetches its icon fonts from a path
   derived from its AMD module name, relative to the *page*
   (``notebooks/@jupyter-widgets/html-manager/dist/<hash>.woff2``), which does
-  not exist. A require.js ``paths`` entry, set before require.js loads, maps
-  that name to ``_static/widgets/``, where ``book/vendor.sh`` puts the fonts.
+  not exist. require.js ``paths``, set before require.js loads, map those
+  names to ``_static/widgets/``, where ``book/vendor.sh`` puts the fonts.
 """
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -20,9 +20,13 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 # A global ``require`` object defined before require.js loads is its configuration.
 # data-content_root on <html> is the relative path from this page to the site root.
+# Each module's assets resolve against the folder of its require.js URL: map the module
+# names so that every such folder is _static/widgets/ ('@jupyter-widgets/controls' ->
+# _static/widgets/controls.js; '.../html-manager/dist/libembed-amd' -> _static/widgets/libembed-amd.js).
 REQUIREJS_CONFIG_JS = (
-    "var require = {paths: {'@jupyter-widgets/html-manager/dist': new URL('_static/widgets', "
-    "new URL(document.documentElement.dataset.content_root || './', document.baseURI)).href}};"
+    "(function () { var w = new URL('_static/widgets', new URL(document.documentElement.dataset.content_root"
+    " || './', document.baseURI)).href; window.require = {paths: {'@jupyter-widgets': w, "
+    "'@jupyter-widgets/html-manager/dist': w}}; })();"
 )
 
 
