@@ -210,8 +210,9 @@ class LiveFigure:
         drawing = widgets.HTML(value=self.svg(), layout=widgets.Layout(width="100%"))
         controls = []
         for s in self.sliders:
-            common = dict(description=s.label, continuous_update=True, style={"description_width": "9em"},
-                          layout=widgets.Layout(width="440px"))
+            label = f"{s.label} ({s.unit})" if s.unit else s.label
+            common = dict(description=label, continuous_update=True, style={"description_width": "12em"},
+                          layout=widgets.Layout(width="460px"))
             if s.kind == "options":
                 w = widgets.SelectionSlider(options=list(zip(s.labels, s.options)), value=s.default, **common)
             elif s.kind == "int":
@@ -222,7 +223,7 @@ class LiveFigure:
             w.observe(self._redraw_from(s, w, drawing), names="value")
             controls.append(w)
         self._widget = widgets.VBox([widgets.GridBox(controls, layout=widgets.Layout(
-            grid_template_columns="repeat(auto-fill, 450px)")), drawing])
+            grid_template_columns="repeat(auto-fill, 470px)")), drawing])
         self._widget.drawing = drawing
         return self._widget
 

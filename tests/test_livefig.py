@@ -167,7 +167,7 @@ def test_widget_redraws_with_the_same_values_as_the_browser():
     box = fig.widget()
     assert fig.widget() is box  # built once
     controls = box.children[0].children
-    assert [c.description for c in controls] == [s.label for s in fig.sliders]
+    assert [c.description for c in controls] == [f"{s.label} ({s.unit})" if s.unit else s.label for s in fig.sliders]
     by_name = dict(zip((s.name for s in fig.sliders), controls))
     by_name["n_layers"].value = 40
     by_name["bucket_cap_mb"].index = 1
