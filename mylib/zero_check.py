@@ -28,7 +28,7 @@ SETUPS = {"ddp": 0, "zero1": 1, "zero1-ddp": 1, "zero2": 2, "zero3": 3, "zero3-p
           "torch-ddp": 0, "torch-zero1": 1, "torch-fsdp": 3}
 
 CHECK = dict(vocab=64, dim=32, hidden=64, layers=2, frozen=True, tied=True, batch=8, seq=12, steps=10,
-             optimizer=torch.optim.AdamW, lr=1e-2, weight_decay=0.1, bucket_cap_mb=0.01, seed=0)
+             optimizer=torch.optim.AdamW, lr=1e-2, weight_decay=0.1, bucket_cap_mb=0.01, seed=0, dtype=torch.float32)
 """The equivalence check: a small model, 10 steps of AdamW with two parameter groups."""
 
 MEASURE = dict(CHECK, vocab=512, dim=256, hidden=1024, layers=2, frozen=False, batch=4, seq=16, steps=2,
@@ -72,7 +72,7 @@ def make_model(config):
     """The model of ``config``, with the same initial weights on every rank (seeded)."""
     torch.manual_seed(config["seed"])
     return TinyLM(config["vocab"], config["dim"], config["hidden"], config["layers"],
-                  config["frozen"], config["tied"])
+                  config["frozen"], config["tied"]).to(config["dtype"])
 
 
 def num_trainable(model):
