@@ -1,0 +1,196 @@
+"""The checks of chapter 4: gradient accumulation with ``no_sync()``.
+
+An optimizer step over ``m`` micro-batches per rank: the first ``m - 1``
+backward passes run inside ``model.no_sync()`` (gradients add up locally, no
+communication), the last one outside it (its buckets are all-reduced, and
+they hold the sum of all ``m`` micro-steps). With each micro-step's loss
+divided by ``m``, the result is the gradient of the mean loss over all
+``m x ranks`` micro-batches: one step on the whole batch.
+
+:func:`accumulate` is that loop; it drives ``MyDDP`` and PyTorch's DDP
+alike. The other functions run on every rank of a process group and are
+what chapter 4 and ``tests/test_no_sync.py`` execute:
+
+* :func:`accumulation_three_ways`: MyDDP with no_sync, PyTorch's DDP with its
+  own no_sync, one process on the whole batch; the largest differences.
+* :func:`bytes_per_optimizer_step`: bytes sent per optimizer step with and
+  without no_sync (measured with :func:`mylib.comm.count_bytes`).
+* :func:`loss_scaling_effects`: what dividing the loss by ``m`` (or the
+  gradient at the end, or nothing) does to the gradient and to SGD and Adam.
+"""
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from mylib import comm
+from mylib.ddp import MyDDP
+
+SIZES = (12, 32, 32, 6)  # a small MLP: 12 inputs, two hidden layers of 32, 6 outputs
+SCALINGS = ("divide_loss", "divide_grad", "none")
+
+
+def make_model(seed=0, sizes=SIZES, dtype=torch.float64):
+    """The chapter's MLP (tanh between linear layers), seeded."""
+    torch.manual_seed(seed)
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [nn.Linear(a, b)] + ([nn.Tanh()] if i < len(sizes) - 2 else [])
+    return nn.Sequential(*layers).to(dtype)
+
+
+def global_batches(steps, rows, sizes=SIZES, seed=1, dtype=torch.float64):
+    """``steps`` global batches of ``rows`` (inputs, targets), the same on every rank."""
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(rows, sizes[0], generator=g, dtype=dtype),
+             torch.randn(rows, sizes[-1], generator=g, dtype=dtype)) for _ in range(steps)]
+
+
+def my_micro_batches(x, y, micro_steps):
+    """This rank's equal share of a global batch, cut into ``micro_steps`` equal micro-batches."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if len(x) % (world * micro_steps):
+        raise ValueError(f"a global batch of {len(x)} rows does not split into {world} ranks x {micro_steps} "
+                         "equal micro-batches; equal shares are what make the average the whole-batch gradient")
+    return list(zip(x.chunk(world)[rank].chunk(micro_steps), y.chunk(world)[rank].chunk(micro_steps)))
+
+
+def accumulate(model, micro_batches, scaling="divide_loss", sync_every_micro_step=False):
+    """Backward over ``micro_batches`` for one optimizer step; afterwards ``p.grad`` is averaged over ranks.
+
+    The first ``m - 1`` backward passes run inside ``model.no_sync()``
+    (unless ``sync_every_micro_step``: then every one is all-reduced).
+    ``scaling`` is ``divide_loss`` (each micro-step's loss / m),
+    ``divide_grad`` (the summed gradient / m at the end) or ``none`` (the
+    bug: a gradient m times too large). ``model`` is a MyDDP or PyTorch's DDP.
+    """
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
+    m = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        sync = sync_every_micro_step or i == m - 1
+        # The forward goes inside too: PyTorch's DDP decides at forward time whether the backward syncs.
+        with contextlib.nullcontext() if sync else model.no_sync():
+            loss = F.mse_loss(model(x), y)
+            if scaling == "divide_loss":
+                loss = loss / m
+            loss.backward()
+        if sync and isinstance(model, MyDDP):
+            model.finish_gradient_sync()  # PyTorch's DDP waits inside backward()
+    if scaling == "divide_grad":
+        for p in model.parameters():
+            p.grad.div_(m)
+
+
+def _max_diff(a, b):
+    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+
+def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam", bucket_cap_mb=0.002,
+                            dtype=torch.float64):
+    """On every rank: ``steps`` optimizer steps three ways.
+
+    MyDDP and PyTorch's DDP each take ``micro_steps`` micro-batches of
+    ``micro_batch`` rows per rank and step (no_sync on all but the last);
+    one process takes the whole global batch at once. The replicas start
+    from different weights: both DDPs must broadcast rank 0's. Returns a
+    dict: ``vs_single`` and ``vs_ddp`` (largest parameter differences from
+    MyDDP), and the all-reduces of one more accumulated step,
+    ``my_allreduces`` and ``ddp_allreduces`` (a hook on PyTorch's DDP counts
+    them), to set beside the number of ``buckets``: no_sync() really skipped
+    the first micro-steps.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = MyDDP(make_model(rank, dtype=dtype), bucket_cap_mb=bucket_cap_mb)
+    theirs = nn.parallel.DistributedDataParallel(make_model(rank, dtype=dtype), bucket_cap_mb=max(bucket_cap_mb, 1e-6))
+    ddp_allreduces = []
+
+    def counting_hook(state, bucket):  # PyTorch's default all-reduce, counted
+        ddp_allreduces.append(bucket.index())
+        return allreduce_hook(state, bucket)
+
+    theirs.register_comm_hook(None, counting_hook)
+    single = make_model(0, dtype=dtype)
+    make_opt = {"adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+                "sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)}[optimizer]
+    opts = [make_opt(m.parameters()) for m in (mine, theirs, single)]
+    for x, y in global_batches(steps, micro_batch * micro_steps * world, dtype=dtype):
+        for model, opt in zip((mine, theirs, single), opts):
+            opt.zero_grad()
+            if model is single:
+                F.mse_loss(single(x), y).backward()
+            else:
+                accumulate(model, my_micro_batches(x, y, micro_steps))
+            opt.step()
+    out = {"vs_single": _max_diff(mine.module, single), "vs_ddp": _max_diff(mine.module, theirs.module),
+           "buckets": len(mine.buckets)}
+    ddp_allreduces.clear()  # one more accumulation each, counted (DDP rebuilds its buckets after step 1)
+    with comm.count_bytes() as stats:
+        accumulate(mine, my_micro_batches(x, y, micro_steps))
+    accumulate(theirs, my_micro_batches(x, y, micro_steps))
+    out["my_allreduces"], out["ddp_allreduces"] = stats.calls["all_reduce"], len(ddp_allreduces)
+    return out
+
+
+def bytes_per_optimizer_step(micro_steps, bucket_cap_mb=0.002, micro_batch=2):
+    """On every rank: bytes sent and all-reduces per optimizer step, with and without no_sync.
+
+    Returns a dict: ``grad_bytes``, ``buckets``, and for ``no_sync`` and
+    ``every_micro_step`` the bytes sent, the all-reduce calls, and the
+    largest difference of the averaged gradient from the whole-batch one.
+    """
+    world = dist.get_world_size()
+    (x, y), = global_batches(1, micro_batch * micro_steps * world)
+    single = make_model(0)
+    F.mse_loss(single(x), y).backward()
+    out = {}
+    for mode in ("no_sync", "every_micro_step"):
+        model = MyDDP(make_model(0), bucket_cap_mb=bucket_cap_mb)
+        with comm.count_bytes() as stats:
+            accumulate(model, my_micro_batches(x, y, micro_steps), sync_every_micro_step=mode != "no_sync")
+        grad_diff = max((p.grad - q.grad).abs().max().item() for p, q in zip(model.module.parameters(),
+                                                                               single.parameters()))
+        out[mode] = {"bytes": stats.by_op["all_reduce"], "allreduces": stats.calls["all_reduce"],
+                     "grad_diff": grad_diff}
+        out["grad_bytes"], out["buckets"] = sum(b.nbytes for b in model.buckets), len(model.buckets)
+    return out
+
+
+def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
+    """On every rank: each scaling's gradient against the whole batch's, and where SGD and Adam end up.
+
+    Returns ``{scaling: {"grad_ratio", "grad_diff", "sgd_diff", "adam_diff"}}``:
+    the ratio of gradient norms (accumulated / whole batch) and the largest
+    gradient difference on the first step, and the largest parameter
+    difference from whole-batch training after ``steps`` steps of SGD and of
+    Adam.
+    """
+    world = dist.get_world_size()
+    batches = global_batches(steps, micro_batch * micro_steps * world)
+    out = {}
+    for scaling in SCALINGS:
+        row = {}
+        for name, make_opt in (("sgd", lambda ps: torch.optim.SGD(ps, lr=0.05)),
+                               ("adam", lambda ps: torch.optim.Adam(ps, lr=0.01))):
+            model, single = MyDDP(make_model(0)), make_model(0)
+            opt, opt1 = make_opt(model.parameters()), make_opt(single.parameters())
+            for step, (x, y) in enumerate(batches):
+                opt.zero_grad()
+                opt1.zero_grad()
+                accumulate(model, my_micro_batches(x, y, micro_steps), scaling=scaling)
+                F.mse_loss(single(x), y).backward()
+                if step == 0 and name == "sgd":
+                    mine = torch.cat([p.grad.flatten() for p in model.module.parameters()])
+                    whole = torch.cat([p.grad.flatten() for p in single.parameters()])
+                    row["grad_ratio"] = (mine.norm() / whole.norm()).item()
+                    row["grad_diff"] = (mine - whole).abs().max().item()
+                opt.step()
+                opt1.step()
+            row[f"{name}_diff"] = _max_diff(model.module, single)
+        out[scaling] = row
+    return out

@@ -1,0 +1,89 @@
+"""Communication hooks that send fewer bytes: 16-bit gradients on the wire.
+
+``MyDDP`` (like PyTorch's DDP) hands every full bucket to a *communication
+hook*, ``hook(state, bucket) -> Future``, whose future holds the averaged flat
+gradient. The default hook (:func:`mylib.ddp.allreduce_average_hook`) sends
+the bucket as it is: 4 bytes per fp32 gradient. The hooks here cast the
+bucket to a 16-bit float first, all-reduce that, and cast the result back
+into the bucket, so every rank sends half the bytes:
+
+* ``fp16`` (IEEE half): 10 mantissa bits, so a value is rounded by at most
+  ``2**-11`` (about 5e-4) of itself; but only 5 exponent bits, so values
+  under about 6e-5 lose precision and under 6e-8 vanish, and values over
+  65504 overflow.
+* ``bf16`` (bfloat16): fp32's 8 exponent bits, so nothing over- or
+  underflows that fits in fp32; only 7 mantissa bits, a rounding of at most
+  ``2**-8`` (about 4e-3).
+
+Both divide by the world size *before* the sum, so the sum of ``n`` ranks
+stays in the range of one rank's gradient (fp16 would otherwise overflow
+sooner). This is exactly what PyTorch's
+``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook``
+and ``bf16_compress_hook`` do; chapter 5 checks that the two agree, on
+MyDDP and on PyTorch's DDP. The low-rank end of the same idea is
+:mod:`mylib.powersgd`.
+
+Usage, on every rank::
+
+    model = MyDDP(net)
+    model.register_comm_hook(None, bf16_compress_hook)   # state: the process group (None: everyone)
+"""
+
+import torch
+import torch.distributed as dist
+
+from mylib import comm
+
+# The unit roundoff of each wire format: rounding to it moves a value by at most this fraction of itself.
+UNIT_ROUNDOFF = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24}
+
+
+def _compress_hook(dtype, process_group, bucket):
+    """All-reduce ``bucket`` in ``dtype``: cast (divided by the world size), sum, cast back into the bucket."""
+    flat = bucket.buffer()
+    if not flat.is_floating_point():
+        raise TypeError(f"a compression hook needs floating-point gradients, got a bucket of {flat.dtype}")
+    compressed = flat.to(dtype).div_(dist.get_world_size(process_group))
+    work = comm.all_reduce(compressed, group=process_group, async_op=True)
+
+    def decompress(future):
+        # Back into the bucket's own buffer: p.grad are views of it, so nothing else has to be copied.
+        flat.copy_(future.value()[0])
+        return flat
+
+    return work.get_future().then(decompress)
+
+
+def fp16_compress_hook(process_group, bucket):
+    """Average ``bucket`` over ranks sending IEEE half precision (fp16): half the bytes of fp32."""
+    return _compress_hook(torch.float16, process_group, bucket)
+
+
+def bf16_compress_hook(process_group, bucket):
+    """Average ``bucket`` over ranks sending bfloat16: half the bytes of fp32, fp32's range, coarser rounding."""
+    return _compress_hook(torch.bfloat16, process_group, bucket)
+
+
+HOOKS = {"fp16": fp16_compress_hook, "bf16": bf16_compress_hook}
+WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def rounding_error_in_units(averaged, rank_gradients, dtype):
+    """How far a low-precision average is from the exact one, in units of the format's rounding.
+
+    ``rank_gradients`` are every rank's own gradient (one tensor each, in
+    float64 for the reference), ``averaged`` what the hook produced. The
+    error of each element is divided by ``u x mean_r |g_r|``, the size of one
+    rounding of a typical summand: casting each rank's share rounds once, and
+    each of the ``n - 1`` additions of a ring rounds once more, so a correct
+    hook stays below ``n`` units. Below fp16's normal range (6.1e-5) fp16
+    rounds to a fixed step instead, so for fp16 the scale is at least that
+    floor. Returns the largest ratio over the elements.
+    """
+    stacked = torch.stack([g.double() for g in rank_gradients])
+    exact = stacked.mean(dim=0)
+    scale = stacked.abs().mean(dim=0)
+    if dtype == torch.float16:
+        scale = scale.clamp_min(torch.finfo(torch.float16).tiny)
+    scale = scale.clamp_min(torch.finfo(torch.float64).tiny)
+    return ((averaged.double() - exact).abs() / (UNIT_ROUNDOFF[dtype] * scale)).max().item()

@@ -1,0 +1,274 @@
+"""The checks of chapter 5: compression hooks against PyTorch's, and what they do to training.
+
+Chapter 5 and ``tests/test_comm_hooks.py`` / ``tests/test_powersgd.py`` run
+these functions, so what the book shows is what CI asserts. They run on
+every rank of a process group (``mylib.run_ranks``).
+
+* :func:`hooks_against_pytorch`: a few steps of MyDDP with a mylib hook,
+  of PyTorch's DDP with PyTorch's hook, and of MyDDP with PyTorch's hook,
+  from the same weights on the same data; the largest parameter difference,
+  the bytes each step sent, and how far the first step's averaged gradient
+  is from the exact average, in units of the wire format's rounding.
+* :func:`train_char_model`: a real small task, predicting the next
+  character of the Python Language Reference (the text every Python ships
+  as ``pydoc_data.topics``), trained for a few hundred steps with a given
+  hook; the loss curve, the held-out loss and the bytes per step.
+"""
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from mylib import comm
+from mylib.comm_hooks import HOOKS, WIRE_DTYPES, rounding_error_in_units
+from mylib.ddp import MyDDP
+from mylib.powersgd import PowerSGDState, powersgd_hook
+
+
+def mlp(sizes, seed):
+    """Linear layers with tanh between them, seeded (a different seed per rank tests the initial broadcast)."""
+    torch.manual_seed(seed)
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [nn.Linear(a, b)] + ([nn.Tanh()] if i < len(sizes) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+def _torch_hook(name, **powersgd):
+    """PyTorch's own hook and its state, for ``name`` in fp16, bf16, powersgd."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
+
+    if name == "powersgd":
+        return torch_powersgd.PowerSGDState(None, **powersgd), torch_powersgd.powerSGD_hook
+    hook = getattr(default_hooks, f"{name}_compress_hook")
+
+    # DDP refuses a function *named* bf16_compress_hook unless NCCL >= 2.10 is there; gloo sums bf16
+    # fine, so DDP gets PyTorch's very function under another name.
+    def pytorch_hook(state, bucket):
+        return hook(state, bucket)
+    return None, pytorch_hook
+
+
+def _my_hook(name, **powersgd):
+    if name == "powersgd":
+        return PowerSGDState(None, **powersgd), powersgd_hook
+    return None, HOOKS[name]
+
+
+def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, bucket_cap_mb=25.0, lr=0.1,
+                          **powersgd):
+    """On every rank: MyDDP + mylib's hook vs DDP + PyTorch's hook vs MyDDP + PyTorch's hook (SGD, float32).
+
+    ``name`` is fp16, bf16 or powersgd (``powersgd`` are PowerSGDState's
+    settings, the same for both). Returns rank 0's view: the largest
+    parameter difference to PyTorch's DDP and to PyTorch's hook on MyDDP
+    after every step, the bytes MyDDP sent per step with this hook and with
+    the default fp32 all-reduce, and (fp16/bf16) the first step's rounding
+    error of MyDDP's and of DDP's averaged gradient, in units of the format's
+    rounding (see :func:`mylib.comm_hooks.rounding_error_in_units`).
+
+    PyTorch's hook on MyDDP gets the very same bucket, so it must agree to
+    the bit. PyTorch's DDP orders its bucket by the order gradients arrived
+    in its first step, and a ring sums an element in an order that depends
+    on where it sits in the bucket, so there the two agree to a few
+    roundings of the wire format.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine, plain = MyDDP(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb), MyDDP(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb)
+    theirs = nn.parallel.DistributedDataParallel(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb)
+    borrowed = MyDDP(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb)
+    mine.register_comm_hook(*_my_hook(name, **powersgd))
+    theirs.register_comm_hook(*_torch_hook(name, **powersgd))
+    borrowed.register_comm_hook(*_torch_hook(name, **powersgd))
+    models = [mine, theirs, borrowed, plain]
+    opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in models]
+    g = torch.Generator().manual_seed(1)
+    out = {"vs_ddp": [], "vs_torch_hook_on_myddp": [], "bytes": [], "fp32_bytes": [], "rounding_units": None,
+           "ddp_rounding_units": None}
+    for step in range(steps):
+        x, y = torch.randn(per_rank * world, sizes[0], generator=g), torch.randn(per_rank * world, sizes[-1], generator=g)
+        xs, ys = x.chunk(world)[rank], y.chunk(world)[rank]
+        if step == 0 and name in WIRE_DTYPES:  # every rank's own gradient, for the exact average
+            local = mlp(sizes, 0)
+            local.load_state_dict(mine.module.state_dict())
+            F.mse_loss(local(xs), ys).backward()
+            own = torch.cat([p.grad.flatten() for p in local.parameters()])
+            everyone = [torch.empty_like(own) for _ in range(world)]
+            dist.all_gather(everyone, own)  # the check's own traffic: not counted
+        for model, opt in zip(models, opts):
+            opt.zero_grad()
+            with comm.count_bytes() as stats:
+                F.mse_loss(model(xs), ys).backward()
+                if isinstance(model, MyDDP):
+                    model.finish_gradient_sync()
+            if model is mine:
+                out["bytes"].append(stats.bytes_sent)
+            if model is plain:
+                out["fp32_bytes"].append(stats.bytes_sent)
+            if step == 0 and model in (mine, theirs) and name in WIRE_DTYPES:
+                averaged = torch.cat([p.grad.flatten() for p in model.module.parameters()])
+                key = "rounding_units" if model is mine else "ddp_rounding_units"
+                out[key] = rounding_error_in_units(averaged, everyone, WIRE_DTYPES[name])
+            opt.step()
+        out["vs_ddp"].append(_max_diff(mine.module, theirs.module))
+        out["vs_torch_hook_on_myddp"].append(_max_diff(mine.module, borrowed.module))
+    return out
+
+
+def error_feedback_ledger(steps=8, rank=1):
+    """On every rank: PowerSGD with error feedback loses nothing, it only delays.
+
+    Each step the hook sends ``g_t + e_{t-1}`` (this rank's gradient plus the
+    error it kept) and everyone receives the same approximation ``A_t``;
+    the rank keeps ``e_t = g_t + e_{t-1} - A_t``. Summed over steps this
+    telescopes: ``sum A_t = sum g_t - e_T`` on every rank. Returns the largest
+    gap between the two sides and the largest summed gradient (the scale).
+    """
+    torch.manual_seed(0)
+    model = MyDDP(nn.Linear(16, 12))
+    state = PowerSGDState(None, rank, start_powerSGD_iter=0)
+    model.register_comm_hook(state, powersgd_hook)
+    local = nn.Linear(16, 12)  # this rank's own gradient, for the ledger
+    g = torch.Generator().manual_seed(dist.get_rank())
+    applied = own = 0
+    for _ in range(steps):
+        x = torch.randn(4, 16, generator=g)
+        for p in [*model.parameters(), *local.parameters()]:
+            p.grad = None
+        model(x).pow(2).sum().backward()
+        model.finish_gradient_sync()
+        local.load_state_dict(model.module.state_dict())
+        local(x).pow(2).sum().backward()
+        applied = applied + model.buckets[0].flat.clone()  # the bucket holds bias, then weight (backward order)
+        own = own + torch.cat([local.bias.grad, local.weight.grad.flatten()])
+    return (applied - (own - state.error_dict[0])).abs().max().item(), own.abs().max().item()
+
+
+def _max_diff(a, b):
+    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+
+# -- a real small task: the next character of the Python Language Reference ----------------
+
+CHAR_TASK = dict(context=16, dim=24, hidden=256, batch=32, steps=300, lr=2e-3, bucket_cap_mb=0.25,
+                 eval_every=25, eval_positions=2048, seed=0)
+"""The chapter's convergence run: 300 Adam steps on 2 ranks, 32 windows of 16 characters per rank and step."""
+
+POWERSGD = dict(start_powerSGD_iter=10)  # 10 plain steps first, then low rank
+RUNS = [
+    dict(label="fp32 (default hook)", hook="none"),
+    dict(label="bf16", hook="bf16"),
+    dict(label="PowerSGD, rank 4", hook="powersgd", matrix_approximation_rank=4, steps=450, **POWERSGD),
+    dict(label="PowerSGD, rank 1", hook="powersgd", matrix_approximation_rank=1, **POWERSGD),
+    dict(label="PowerSGD, rank 1, no error feedback", hook="powersgd", matrix_approximation_rank=1,
+         use_error_feedback=False, **POWERSGD),
+]
+"""The runs of the chapter's table; rank 4 runs 150 steps longer, to see when it reaches fp32's loss."""
+
+
+def corpus():
+    """The text and its split: ids of every character (printable ASCII and newline; others map to one id)."""
+    from pydoc_data.topics import topics
+
+    text = "".join(topics[key] for key in sorted(topics))
+    alphabet = ["\n"] + [chr(c) for c in range(32, 127)]
+    index = {c: i for i, c in enumerate(alphabet)}
+    ids = torch.tensor([index.get(c, len(alphabet)) for c in text], dtype=torch.long)
+    cut = int(0.9 * len(ids))
+    return ids[:cut], ids[cut:], len(alphabet) + 1
+
+
+class CharMLP(nn.Module):
+    """Next character from the ``context`` previous ones: embed, concatenate, two hidden layers, logits."""
+
+    def __init__(self, vocab, context, dim, hidden):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.net = nn.Sequential(nn.Linear(context * dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(),
+                                 nn.Linear(hidden, vocab))
+
+    def forward(self, windows):
+        return self.net(self.embed(windows).flatten(1))
+
+
+def _windows(ids, starts, context):
+    """Inputs (the ``context`` characters from each start) and targets (the character after them)."""
+    offsets = torch.arange(context)
+    return ids[starts[:, None] + offsets], ids[starts + context]
+
+
+def train_char_model(hook="none", config=CHAR_TASK, **powersgd):
+    """On every rank: train the character model with ``hook`` (none, fp16, bf16 or powersgd).
+
+    Every rank draws its own random windows of the training text (seeded by
+    rank and step), so the ranks see different data, as in data-parallel
+    training. Returns rank 0's: the training loss of every step (averaged
+    over ranks), the held-out loss every ``eval_every`` steps (the same
+    windows for every hook), the bytes this rank sent per step, the
+    gradient bytes, and the seconds of the whole run.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    c = config
+    train, held_out, vocab = corpus()
+    torch.manual_seed(c["seed"])
+    model = MyDDP(CharMLP(vocab, c["context"], c["dim"], c["hidden"]), bucket_cap_mb=c["bucket_cap_mb"])
+    state = None
+    if hook != "none":
+        state, hook_fn = _my_hook(hook, **powersgd)
+        model.register_comm_hook(state, hook_fn)
+    opt = torch.optim.Adam(model.parameters(), lr=c["lr"])
+    data = torch.Generator().manual_seed(1000 * c["seed"] + rank)
+    eval_starts = torch.randint(len(held_out) - c["context"], (c["eval_positions"],),
+                                generator=torch.Generator().manual_seed(c["seed"]))
+    eval_x, eval_y = _windows(held_out, eval_starts, c["context"])
+    out = {"loss": [], "held_out": [], "bytes": [],
+           "grad_bytes": sum(b.nbytes for b in model.buckets), "buckets": len(model.buckets)}
+    start = time.perf_counter()
+    for step in range(c["steps"] + 1):
+        if step % c["eval_every"] == 0:
+            with torch.no_grad():
+                out["held_out"].append((step, F.cross_entropy(model.module(eval_x), eval_y).item()))
+        if step == c["steps"]:
+            break
+        x, y = _windows(train, torch.randint(len(train) - c["context"], (c["batch"],), generator=data), c["context"])
+        opt.zero_grad()
+        with comm.count_bytes() as stats:
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            model.finish_gradient_sync()
+        opt.step()
+        out["bytes"].append(stats.bytes_sent)
+        mean_loss = loss.detach().clone()
+        dist.all_reduce(mean_loss)  # for the curve only: not counted as the training's traffic
+        out["loss"].append(mean_loss.item() / world)
+    out["seconds"] = time.perf_counter() - start
+    if hook == "powersgd":
+        out["compression_rate"] = state.compression_rate()
+    return out
+
+
+def compare_training(runs=RUNS, config=CHAR_TASK):
+    """On every rank: :func:`train_char_model` for each run (a dict: label, hook, optional steps, PowerSGD settings).
+
+    One launch for all the runs; returns ``{label: result}`` in order.
+    """
+    results = {}
+    for run in runs:
+        settings = {k: v for k, v in run.items() if k not in ("label", "hook", "steps")}
+        results[run["label"]] = train_char_model(run["hook"], {**config, "steps": run.get("steps", config["steps"])},
+                                                 **settings)
+    return results
+
+
+def steps_to_reach(result, target):
+    """The first evaluated step whose held-out loss is at or below ``target`` (None if never)."""
+    return next((step for step, loss in result["held_out"] if loss <= target), None)
+
+
+def held_out_at(result, step):
+    """The held-out loss evaluated at ``step``."""
+    return dict(result["held_out"])[step]

@@ -1,0 +1,74 @@
+"""fp16 and bf16 compression hooks: PyTorch's results, half the bytes, the rounding the format allows."""
+
+import pytest
+import torch
+import torch.distributed as dist
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mylib import MyDDP, run_ranks
+from mylib.comm_hooks import UNIT_ROUNDOFF, bf16_compress_hook, fp16_compress_hook, rounding_error_in_units
+from mylib.compress_check import hooks_against_pytorch
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16"])
+@pytest.mark.parametrize("world", [2, 4])
+def test_matches_pytorch_hooks_with_half_the_bytes(name, world):
+    out = run_ranks(hooks_against_pytorch, world, args=(name,))[0]
+    # PyTorch's hook on MyDDP's bucket: the same casts and sums on the same buffer, bit for bit.
+    assert max(out["vs_torch_hook_on_myddp"]) == 0.0, out
+    assert all(b * 2 == f for b, f in zip(out["bytes"], out["fp32_bytes"]))  # exactly half, every step
+    # One rounding per summand and per addition of the ring: at most `world` units of the format,
+    # for MyDDP and for PyTorch's DDP (whose ring may add an element's shares in another order).
+    assert out["rounding_units"] <= world and out["ddp_rounding_units"] <= world, out
+    assert max(out["vs_ddp"]) < 1e-4, out  # five SGD steps (lr 0.1) apart by those roundings only
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["fp16", "bf16"]), world=st.integers(2, 3),
+       sizes=st.lists(st.integers(1, 40), min_size=2, max_size=4), cap=st.sampled_from([0.0, 0.001, 25.0]))
+def test_rounding_stays_in_the_format(name, world, sizes, cap):
+    out = run_ranks(hooks_against_pytorch, world, args=(name,),
+                    kwargs={"steps": 2, "sizes": tuple(sizes), "bucket_cap_mb": cap}, show_output=False)[0]
+    assert out["rounding_units"] <= world and out["ddp_rounding_units"] <= world
+    assert max(out["vs_torch_hook_on_myddp"]) == 0.0
+    assert all(b * 2 == f for b, f in zip(out["bytes"], out["fp32_bytes"]))
+
+
+def _range(scale):
+    """Every rank's gradient is `scale` x (rank + 1): what arrives through each hook."""
+    out = {}
+    for name, hook in (("fp32", None), ("fp16", fp16_compress_hook), ("bf16", bf16_compress_hook)):
+        model = MyDDP(torch.nn.Linear(3, 2, bias=False), bucket_cap_mb=0)
+        if hook is not None:
+            model.register_comm_hook(None, hook)
+        (model(torch.ones(1, 3)).sum() * scale * (dist.get_rank() + 1)).backward()
+        model.finish_gradient_sync()
+        out[name] = model.module.weight.grad[0, 0].item()
+    return out
+
+
+def test_fp16_range_versus_bf16_range():
+    tiny = run_ranks(_range, 2, args=(1e-9,))[0]  # average 1.5e-9: under fp16's smallest subnormal (6e-8)
+    assert tiny["fp16"] == 0.0
+    assert abs(tiny["bf16"] - tiny["fp32"]) <= UNIT_ROUNDOFF[torch.bfloat16] * 2 * tiny["fp32"]
+    huge = run_ranks(_range, 2, args=(1e5,))[0]  # rank 1 sends 2e5 / 2 = 1e5: over fp16's largest, 65504
+    assert huge["fp16"] == float("inf")
+    assert abs(huge["bf16"] - huge["fp32"]) <= UNIT_ROUNDOFF[torch.bfloat16] * 2 * huge["fp32"]
+
+
+def test_rounding_units_measures_against_the_exact_average():
+    g = [torch.tensor([1.0, -2.0]), torch.tensor([3.0, 2.0])]
+    exact = torch.tensor([2.0, 0.0])
+    assert rounding_error_in_units(exact, g, torch.bfloat16) == 0.0
+    off = exact + torch.tensor([0.0, 2.0 * UNIT_ROUNDOFF[torch.bfloat16]])  # mean |g| of element 1 is 2
+    assert rounding_error_in_units(off, g, torch.bfloat16) == pytest.approx(1.0)
+
+
+def test_integer_bucket_names_the_problem():
+    class IntBucket:
+        def buffer(self):
+            return torch.zeros(3, dtype=torch.int64)
+
+    with pytest.raises(TypeError, match="floating-point gradients"):
+        fp16_compress_hook(None, IntBucket())
