@@ -363,6 +363,16 @@ def describe(result):
     return lines
 
 
+def overall(results):
+    """The verdict of a whole run of checks, and its summary line: (verdict, message)."""
+    statuses = [r["status"] for r in results]
+    if all(s == "passed" for s in statuses):
+        return "passed", f"all {len(results)} checks passed"
+    first_bad = next(r for r in results if r["status"] != "passed")
+    verdict = first_bad["status"] if first_bad["status"] in ("hang", "timeout", "exit") else "failed"
+    return verdict, f"{statuses.count('passed')} of {len(results)} checks passed"
+
+
 def headline(result):
     """``PASS  name`` / ``FAIL  name``: the first line of a check's report."""
     return f"{MARKS.get(result['status'], result['status'].upper()):<8}{result['name']}"

@@ -11,18 +11,17 @@ knows which check was running.
 
 import contextlib
 import faulthandler
-import importlib.util
 import json
 import os
 import signal
 import sys
-import types
 
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PRACTICE_DIR not in sys.path:
     sys.path.insert(0, PRACTICE_DIR)
 
-from _judge.checking import classify_exception, collect_checks, run_checks, Solution  # noqa: E402
+from _judge.checking import Solution, collect_checks, run_checks  # noqa: E402
+from _judge.loading import load_checks, load_solution  # noqa: E402
 
 
 class CheckTimeout(Exception):
@@ -66,8 +65,9 @@ def main(argv):
         events.write(json.dumps(event) + "\n")
         events.flush()
 
-    module = load_solution(solution_path, emit, check_timeout_s)
-    if module is None:
+    module, problem = load_solution(solution_path, guard=lambda: alarm(check_timeout_s, "loading your file"))
+    if problem:
+        emit(event="load_error", **problem)
         return 0
     emit(event="loaded")
     checks = collect_checks(load_checks(exercise_dir))
@@ -81,64 +81,6 @@ def main(argv):
     sys.stdout.flush()
     emit(event="done")
     return 0
-
-
-def load_solution(path, emit, timeout_s):
-    """Compile and run the reader's file as the module ``solution``; None if that failed."""
-    try:
-        with open(path, "rb") as f:
-            source = f.read()
-        code = compile(source, path, "exec")
-    except OSError as e:
-        emit(event="load_error", kind="missing", message=f"cannot read your file: {e.strerror}")
-        return None
-    except SyntaxError as e:
-        emit(event="syntax_error", line=e.lineno, col=e.offset, text=(e.text or "").rstrip("\n"),
-             message=e.msg)
-        return None
-    except ValueError as e:  # e.g. a NUL byte in the file
-        emit(event="syntax_error", line=None, col=None, text="", message=str(e))
-        return None
-    module = types.ModuleType("solution")
-    module.__file__ = path
-    sys.modules["solution"] = module
-    try:
-        with alarm(timeout_s, "loading your file"):
-            exec(code, module.__dict__)
-    except SystemExit as e:
-        emit(event="load_error", kind="exit",
-             message=f"your file called sys.exit({'' if e.code is None else repr(e.code)}) while loading: "
-                     f"a solution defines functions and returns answers instead of ending the process",
-             where=_where(e, path))
-        return None
-    except ImportError as e:
-        missing = getattr(e, "name", None)
-        hint = (f"there is no module named '{missing}' here: check the spelling, or use only what the starter imports"
-                if isinstance(e, ModuleNotFoundError) and missing else str(e))
-        emit(event="load_error", kind="import", message=f"an import in your file failed: {hint}", where=_where(e, path))
-        return None
-    except BaseException as e:  # anything the reader's top level raises
-        result = classify_exception("load", e, path)
-        emit(event="load_error", kind="timeout" if result["status"] == "timeout" else "exception",
-             message=("while loading, " + result["message"]) if result["status"] != "timeout" else result["message"],
-             where=result.get("where", ""))
-        return None
-    return module
-
-
-def _where(exc, path):
-    from _judge.checking import _reader_frames
-    return _reader_frames(exc.__traceback__, path)
-
-
-def load_checks(exercise_dir):
-    """Import the exercise's ``checks.py`` under a name of its own."""
-    name = "checks_" + os.path.basename(os.path.normpath(exercise_dir))
-    spec = importlib.util.spec_from_file_location(name, os.path.join(exercise_dir, "checks.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 if __name__ == "__main__":

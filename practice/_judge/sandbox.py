@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from _judge.checking import overall
+
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(PRACTICE_DIR)
@@ -171,18 +173,9 @@ def _report(returncode, killed_for, events, printed, printed_bytes, time_limit_s
     if killed_for == "output" or returncode == -getattr(signal, "SIGXFSZ", 25):
         return finish("too much output", f"your code printed more than {OUTPUT_CAP_BYTES // (1024 * 1024)} MB{during} "
                                          f"and was stopped: is a print inside a loop that never ends?")
-    if "syntax_error" in by_kind:
-        e = by_kind["syntax_error"][0]
-        where = ""
-        if e.get("line"):
-            caret = " " * max((e.get("col") or 1) - 1, 0) + "^"
-            where = f"    line {e['line']}: {e.get('text', '')}\n            {caret}"
-        at = f" on line {e['line']}" if e.get("line") else ""
-        return Report("syntax error", f"your file is not valid Python{at}: {e['message']}", [], printed, where, seconds)
     if "load_error" in by_kind:
         e = by_kind["load_error"][0]
-        verdict = {"import": "import error", "exit": "exit", "timeout": "timeout"}.get(e.get("kind"), "load error")
-        return Report(verdict, e["message"], [], printed, e.get("where", ""), seconds)
+        return Report(e["verdict"], e["message"], [], printed, e.get("where", ""), seconds)
     if returncode is not None and returncode < 0:
         name = _signal_name(-returncode)
         what = "a segmentation fault (it read or wrote memory it does not own)" if name == "SIGSEGV" else name
@@ -191,13 +184,8 @@ def _report(returncode, killed_for, events, printed, printed_bytes, time_limit_s
     if "done" not in by_kind:
         return finish("exit", f"the process running your code ended{during} with exit status {returncode} before "
                               f"the checks were done: does your code call sys.exit() or os._exit()?")
-    statuses = [r["status"] for r in results]
-    if all(s == "passed" for s in statuses):
-        return Report("passed", f"all {len(results)} checks passed", results, printed, "", seconds)
-    first_bad = next(r for r in results if r["status"] != "passed")
-    worst = first_bad["status"] if first_bad["status"] in ("hang", "timeout", "exit") else "failed"
-    n_pass = statuses.count("passed")
-    return Report(worst, f"{n_pass} of {len(results)} checks passed", results, printed, "", seconds)
+    verdict, message = overall(results)
+    return Report(verdict, message, results, printed, "", seconds)
 
 
 def _signal_name(number):
