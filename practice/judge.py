@@ -25,8 +25,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _judge import catalog, report, state  # noqa: E402
-from _judge.sandbox import grade_file  # noqa: E402
+try:
+    from _judge import catalog, report, state  # noqa: E402
+    from _judge.sandbox import grade_file  # noqa: E402
+except ImportError as missing:  # run with a Python that lacks the book's packages (rich, ...)
+    sys.exit(f"judge: this Python lacks the module '{missing.name}'. Run the judge with the book's environment: "
+             f"`make test` (or `make book`) creates .venv once, then `.venv/bin/python practice/judge.py`.")
 
 COMMANDS = ("list", "hint", "show", "all", "watch", "reset")
 
@@ -76,6 +80,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         console.print("\nstopped.", markup=False)
         return 130
+    except BrokenPipeError:  # `judge.py | head`: the reader stopped reading, nothing went wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # the judge never shows its own traceback to a reader
         if os.environ.get("JUDGE_DEBUG"):
             raise

@@ -258,6 +258,10 @@ def classify_exception(name, exc, path):
                 "message": "your code recursed too deeply (RecursionError): does the recursion reach its base case?"}
     if where:
         return {"name": name, "status": "error", "where": where, "message": f"your code raised {text}"}
+    if isinstance(exc, ModuleNotFoundError):  # the checks' own import: the environment, not the reader
+        return {"name": name, "status": "error",
+                "message": f"the judge's Python lacks the module '{exc.name}': run it with the book's environment "
+                           f"(`make test` creates .venv once; then `.venv/bin/python practice/judge.py`)"}
     return {"name": name, "status": "error",
             "message": f"the check could not use what your code returned ({text}): "
                        f"compare the type and shape of your result with the statement"}

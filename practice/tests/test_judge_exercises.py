@@ -70,3 +70,9 @@ def test_untouched_starter_fails(exercise_id, graded_starters):
         assert first["status"] in ("hang", "error")
     else:
         assert first["status"] == "todo", first
+
+
+def test_the_readme_lists_every_exercise_for_chapter_authors():
+    readme = open(os.path.join(os.path.dirname(catalog.EXERCISES_DIR), "README.md"), encoding="utf-8").read()
+    for ex in EXERCISES:
+        assert f"| {ex.chapter} | `{ex.id}` | `{ex.label}` | {ex.difficulty} |" in readme, ex.id
