@@ -170,8 +170,7 @@ def ring_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"ring_all_reduce needs a torch.Tensor, got {type(tensor).__name__}")
-    combine = _combine(op)  # validates op before any rank starts talking
-    del combine
+    _combine(op)  # reject an unsupported op before any rank starts talking
     n = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if op == dist.ReduceOp.AVG and not tensor.is_floating_point():
