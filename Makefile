@@ -9,7 +9,6 @@ STAMP := $(VENV)/.installed
 VENDOR := vendor/.stamp
 NB_SANITIZE := tests/nbval_sanitize.cfg
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 
 .PHONY: book test test-unit test-notebooks test-book test-browser test-practice lab bench notebooks clean help
 
