@@ -72,3 +72,31 @@ def test_integer_bucket_names_the_problem():
 
     with pytest.raises(TypeError, match="floating-point gradients"):
         fp16_compress_hook(None, IntBucket())
+
+
+# -- chapter 5's timeline model: the bytes each hook puts on the wire -----------------------
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 300), cols=st.integers(1, 300), rank=st.integers(1, 8))
+def test_model_bytes_are_what_powersgd_sends(rows, cols, rank):
+    from mylib.powersgd import PowerSGDState, compression_plan
+    from mylib.timeline_compress import wire_bytes
+
+    grad = torch.zeros(rows) if cols == 1 else torch.zeros(rows, cols)
+    compress, plain = compression_plan([grad], PowerSGDState(None, rank))
+    sent = sum(g.numel() for g in plain) + sum((m.shape[0] + m.shape[1]) * r for m, r in compress)
+    assert wire_bytes(rows, cols, "powersgd", rank) == 4 * sent
+    assert wire_bytes(rows, cols, "fp32") == 2 * wire_bytes(rows, cols, "bf16") == 4 * rows * cols
+
+
+def test_compression_figure():
+    from mylib.livefig import LiveFigure
+    from mylib.timeline_compress import COMPRESSION_SLIDERS, compression_figure, compression_timelines, wire_bytes
+
+    fp32, bf16, low_rank = compression_timelines()
+    assert low_rank.comm_s < bf16.comm_s < fp32.comm_s
+    assert bf16.step_s <= fp32.step_s and low_rank.exposed_comm_s <= bf16.exposed_comm_s
+    fig = LiveFigure(compression_figure, COMPRESSION_SLIDERS)
+    assert "timeline_compress" in fig.modules and "powersgd" not in fig.modules  # no torch in the browser
+    with pytest.raises(ValueError, match="scheme must be"):
+        wire_bytes(2, 2, "int8")
