@@ -28,6 +28,7 @@ def watch(args, exercises, console, progress, grade_one):
     grades = 0
     while True:
         path = args.file or state.ensure_workspace(ex)
+        graded = _signature(path)  # taken before grading: a save during grading is not missed
         result = grade_one(args, ex, console, progress)
         grades += 1
         if max_grades and grades >= max_grades:
@@ -42,7 +43,7 @@ def watch(args, exercises, console, progress, grade_one):
         how = "polling" if args.poll or not _has_watchdog() else "file events"
         console.print(report.Text(f"Watching {report.rel(path)} ({how}): save it to grade again, Ctrl-C to stop.",
                                   style="dim"))
-        wait_for_change(path, poll=args.poll)
+        wait_for_change(path, poll=args.poll, since=graded)
         console.print(report.Text("-" * 60, style="dim"))
 
 
@@ -70,9 +71,9 @@ def _signature(path):
         return None
 
 
-def wait_for_change(path, poll=False):
-    """Return once the file at ``path`` has changed (its content, size or time)."""
-    before = _signature(path)
+def wait_for_change(path, poll=False, since=None):
+    """Return once the file at ``path`` differs from ``since`` (default: now) in content, size or time."""
+    before = _signature(path) if since is None else since
     if not poll and _has_watchdog():
         _wait_with_events(path, before)
     else:

@@ -145,9 +145,9 @@ def test_piped_output_has_no_colour_and_forced_colour_has(home):
 
 
 def test_maintainer_flags_grade_solutions_and_starters(home):
-    out = judge(home, "all", "--solutions", "--jobs", "2", timeout=600)
+    out = judge(home, "all", "02", "--solutions", timeout=600)  # every solution: test_judge_exercises.py
     assert out.returncode == 0, out.stdout[-3000:]
-    assert out.stdout.count("PASSED") == len(EXERCISES)
+    assert "PASSED" in out.stdout and "Grades" in out.stdout
     assert not (home / ".progress.json").exists(), "maintainer runs do not touch the reader's progress"
     out = judge(home, "02", "--starters")
     assert out.returncode == 1
