@@ -6,7 +6,7 @@ print over it. This process reports what happens as JSON lines in an events
 file, one per step, flushed at once: if it dies half-way, the judge still
 knows which check was running.
 
-    python child.py EXERCISE_DIR SOLUTION_FILE EVENTS_FILE CHECK_TIMEOUT_S OUTPUT_CAP_BYTES
+    python child.py EXERCISE_DIR SOLUTION_FILE EVENTS_FILE CHECK_TIMEOUT_S OUTPUT_CAP_BYTES MEMORY_CAP_BYTES
 """
 
 import contextlib
@@ -30,12 +30,14 @@ class CheckTimeout(Exception):
     check_timeout = True
 
 
-def limit_resources(output_cap_bytes):
-    """Caps that turn a runaway into a clear verdict instead of a full disk or a core dump."""
+def limit_resources(output_cap_bytes, memory_cap_bytes):
+    """Caps that turn a runaway into a clear verdict instead of a full disk, memory or a core dump."""
     import resource
     # Huge output: writing past the cap kills this process with SIGXFSZ.
     resource.setrlimit(resource.RLIMIT_FSIZE, (output_cap_bytes, output_cap_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if memory_cap_bytes:  # a list that grows forever ends in MemoryError, not in the machine swapping
+        resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
 
 
 @contextlib.contextmanager
@@ -54,10 +56,10 @@ def alarm(seconds, what):
 
 
 def main(argv):
-    exercise_dir, solution_path, events_path, check_timeout_s, output_cap = argv[1:6]
-    check_timeout_s, output_cap = float(check_timeout_s), int(output_cap)
+    exercise_dir, solution_path, events_path, check_timeout_s, output_cap, memory_cap = argv[1:7]
+    check_timeout_s, output_cap, memory_cap = float(check_timeout_s), int(output_cap), int(memory_cap)
     solution_path = os.path.abspath(solution_path)
-    limit_resources(output_cap)
+    limit_resources(output_cap, memory_cap)
     faulthandler.enable()  # a segfault prints the Python stack (the reader's line) before dying
     events = open(events_path, "w", encoding="utf-8", buffering=1)
 

@@ -25,6 +25,8 @@ PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(PRACTICE_DIR)
 
 OUTPUT_CAP_BYTES = 4 * 1024 * 1024   # more than this much printing is a runaway loop
+# Address space for exercises without torch (torch alone maps more than this; rank exercises get no cap).
+MEMORY_CAP_BYTES = 1024 * 1024 * 1024
 SHOWN_OUTPUT_CHARS = 1500            # how much of what the reader's code printed a report shows
 
 
@@ -63,7 +65,7 @@ def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None):
         with open(out_path, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, CHILD, exercise.dir, os.path.abspath(path), events_path,
-                 str(check_timeout_s), str(OUTPUT_CAP_BYTES)],
+                 str(check_timeout_s), str(OUTPUT_CAP_BYTES), str(0 if exercise.ranks else MEMORY_CAP_BYTES)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=work, env=_child_env(), start_new_session=True,
             )

@@ -264,3 +264,16 @@ def test_a_broken_exercise_folder_is_a_clear_error_not_a_traceback(tmp_path):
     (broken / "chapters.toml").write_text("[titles]\n")
     with pytest.raises(catalog.CatalogError, match="lacks"):
         catalog.load_exercises(str(broken))
+
+
+def test_memory_that_grows_forever_is_a_memory_error(tmp_path):
+    path = write(tmp_path, """\
+        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+            hoard = []
+            while True:
+                hoard.append(bytearray(10**7))
+    """)
+    report = grade(BUCKETS, path)
+    problem = first_problem(report)
+    assert problem["status"] == "error" and "ran out of memory" in problem["message"]
+    assert "line 4" in problem["where"]
