@@ -73,8 +73,8 @@ def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
         loss.backward()
         return time.perf_counter() - start
 
-    compute_s = min(backward_alone() for _ in range(repeats))
-    one = min(time_all_reduce([nbytes], repeats=repeats, warmup=1))
+    compute_s = statistics.median(backward_alone() for _ in range(repeats))
+    one = time_all_reduce([nbytes], repeats=repeats, warmup=1, statistic="median")[0]
     # Every rank must launch the same number of all-reduces: agree on the largest k.
     k = torch.tensor([max(1, round(compute_s / one))])
     dist.all_reduce(k, op=dist.ReduceOp.MAX)
@@ -108,15 +108,16 @@ def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
 def calibration_round(model, forward, link_sizes=LINK_SIZES):
     """The model's inputs, measured now on every rank: layers, alpha and beta, contention.
 
-    Each rank keeps its fastest of three backward passes (other programs only
-    ever add time); a step waits for the slowest rank, so the layers are those
-    of the rank whose backward took longest. The rest are rank 0's values.
+    Every quantity is the median of a few runs: a typical run, as the traced
+    steps are (on an idle machine it is also the fastest). A step waits for
+    the slowest rank, so the layers are those of the rank whose backward took
+    longest. The rest are rank 0's values.
     """
-    layers = time_layers(model, forward, repeats=3, warmup=0, statistic="min")
+    layers = time_layers(model, forward, repeats=3, warmup=0, statistic="median")
     every_rank = [None] * dist.get_world_size()
     dist.all_gather_object(every_rank, layers)
     layers = max(every_rank, key=lambda ls: sum(layer.backward_s for layer in ls))
-    seconds = time_all_reduce(link_sizes, repeats=2, warmup=0)
+    seconds = time_all_reduce(link_sizes, repeats=3, warmup=0, statistic="median")
     fit = fit_alpha_beta(link_sizes, seconds, world_size=dist.get_world_size())
     bucket_like = max(layer.nbytes for layer in layers) // 4 * 4
     comm_stretch, compute_stretch = measure_contention(forward, model.parameters(), bucket_like, repeats=2)
@@ -194,6 +195,12 @@ def compare(result, contention=True):
     best_model = min(rows, key=lambda r: r["model_s"])["cap"]
     best_measured = min(rows, key=lambda r: r["measured_s"])["cap"]
     return rows, best_model, best_measured
+
+
+def backward_spread(result):
+    """``(min, median, max)`` of the calibrated backward time over rounds: how steady the machine was."""
+    totals = sorted(sum(layer.backward_s for layer in r["calibration"]["layers"]) for r in result["rounds"])
+    return totals[0], statistics.median(totals), totals[-1]
 
 
 def typical_round(result):

@@ -17,7 +17,7 @@ from mylib.buckets import MB
 from mylib.svg import PALETTE, Svg, format_seconds, ticks
 
 LANE_H, LANE_GAP, TITLE_H, BLOCK_GAP = 16, 4, 18, 14
-LEFT, PANEL_W, AXIS_H = 78, 190, 52
+LEFT, PANEL_W, AXIS_H = 70, 160, 52
 
 
 def _fill(span, index):
@@ -126,7 +126,7 @@ def _legend(fig, x, y):
     fig.text(x + 5, y, "backward ends", size=10, fill=PALETTE["muted"])
 
 
-def draw_timelines(timelines, *, width=900, t_max_s=None, title=None, panel=True):
+def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True):
     """One SVG of several timelines on a shared time axis (model above, measurement below, say).
 
     ``t_max_s`` fixes the axis length (default: the longest step), so figures
@@ -284,15 +284,16 @@ def bucket_states(timeline, t):
     return states
 
 
-def ddp_step_strip(timeline, *, width=900):
+def ddp_step_strip(timeline, *, width=780):
     """Six panels of one DDP step, each the timeline up to a moment, with every bucket's state."""
     moments = strip_moments(timeline)
-    cols, panel_w, panel_h = 3, width / 3, 132
-    fig = Svg(width, 2 * panel_h + 26, label="one DDP step in six panels")
+    cols, panel_w, panel_h = 2, width / 2, 124
+    rows = (len(STRIP_CAPTIONS) + cols - 1) // cols
+    fig = Svg(width, rows * panel_h + 26, label="one DDP step in six panels")
     x = 8
     for state, colour in BUCKET_STATES.items():  # the legend of the bucket squares
-        fig.rect(x, 2 * panel_h + 10, 10, 10, fill=colour)
-        fig.text(x + 14, 2 * panel_h + 19, state, size=10, fill=PALETTE["muted"])
+        fig.rect(x, rows * panel_h + 10, 10, 10, fill=colour)
+        fig.text(x + 14, rows * panel_h + 19, state, size=10, fill=PALETTE["muted"])
         x += 30 + 6 * len(state)
     for k, (t, caption) in enumerate(zip(moments, STRIP_CAPTIONS)):
         ox, oy = (k % cols) * panel_w, (k // cols) * panel_h

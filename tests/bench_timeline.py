@@ -7,7 +7,10 @@ see :mod:`mylib.calibrate`) and then traces one real step per cap. Reported per
 cap: the model's and the measured step (medians over rounds), the median of the
 per-round errors, and whether the model picks the same best cap as the
 measurement. Target: within 15% at every cap. Nothing is asserted: this is a
-measurement, not a test.
+measurement, not a test. On a machine shared with other programs the same
+backward pass can take several times longer from one second to the next; the
+result reports the spread of the calibrated backward time over the rounds,
+which says how far the figures can be trusted.
 
     python tests/bench.py timeline
 """
@@ -15,7 +18,7 @@ measurement, not a test.
 import statistics
 
 from mylib import run_ranks
-from mylib.calibrate import ALL_AT_END, cap_label, compare, experiment
+from mylib.calibrate import ALL_AT_END, backward_spread, cap_label, compare, experiment
 
 CAPS = [0, 1, 5, 25, ALL_AT_END]
 TARGET = 0.15
@@ -33,6 +36,7 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=64):
         table.append([cap_label(row["cap"]), row["model_s"] * 1e3, row["measured_s"] * 1e3, row["error"] * 100,
                       abs(row["error"]) <= TARGET, plain["error"] * 100])
     calibrations = [r["calibration"] for r in result["rounds"]]
+    low, mid, high = backward_spread(result)
     worst = max(abs(row["error"]) for row in rows)
     within = sum(abs(row["error"]) <= TARGET for row in rows)
     return {
@@ -42,6 +46,7 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=64):
                     f"{len(rows)} caps (worst error {worst:.0%}); best cap: model {cap_label(best_model)}, measured "
                     f"{cap_label(best_measured)} ({'same' if best_model == best_measured else 'different'})."),
         "model picks the measured best cap": best_model == best_measured,
+        "backward time over rounds (ms, min / median / max)": f"{low * 1e3:.0f} / {mid * 1e3:.0f} / {high * 1e3:.0f}",
         "alpha (us, median of rounds)": statistics.median(c["alpha_s"] for c in calibrations) * 1e6,
         "beta (GB/s, median of rounds)": statistics.median(c["bandwidth"] for c in calibrations) / 1e9,
         "comm stretch while computing (median)": statistics.median(c["comm_stretch"] for c in calibrations),
