@@ -182,8 +182,8 @@ def run_checks(checks, solution, path, on_start=None, on_result=None, guard=None
     frame is the checks' or a library's. ``guard(name)`` (optional) is a
     context manager around each check, e.g. a per-check time limit. A check
     that finds the reader's function not written yet, or ranks that hang,
-    stops the run: the checks after it are reported as skipped, since they
-    would say the same thing slower.
+    stops the run (so does running out of memory): the checks after it are
+    reported as skipped, since they would say the same thing slower.
     """
     results = []
     stop_reason = None
@@ -195,7 +195,7 @@ def run_checks(checks, solution, path, on_start=None, on_result=None, guard=None
             if on_start:
                 on_start(index, name)
             result = run_one(fn, solution, path, guard)
-            if result["status"] in ("todo", "hang", "timeout", "exit"):
+            if result["status"] in ("todo", "hang", "timeout", "exit") or result.pop("stop", False):
                 stop_reason = f"not run: check {index + 1} ({checks[index].check_name}) must pass first"
         results.append(result)
         if on_result:
@@ -251,7 +251,7 @@ def classify_exception(name, exc, path):
         return {"name": name, "status": "todo", "where": where,
                 "message": f"not written yet: your code raises {text}. Replace the `raise` with your solution"}
     if isinstance(exc, MemoryError):
-        return {"name": name, "status": "error", "where": where,
+        return {"name": name, "status": "error", "where": where, "stop": True,  # the next checks would too
                 "message": "your code ran out of memory (MemoryError): is a list or tensor growing without end?"}
     if isinstance(exc, RecursionError):
         return {"name": name, "status": "error", "where": where[-600:],

@@ -271,7 +271,7 @@ def test_memory_that_grows_forever_is_a_memory_error(tmp_path):
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             hoard = []
             while True:
-                hoard.append(bytearray(10**7))
+                hoard.append(bytearray(3 * 10**8))
     """)
     report = grade(BUCKETS, path)
     problem = first_problem(report)
