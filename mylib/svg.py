@@ -41,15 +41,18 @@ def _num(x):
     return "0" if text in ("-0", "") else text
 
 
+_NEEDS_QUOTING = set('&<>"\'\n\r\t')
+
+
 def _attrs(attrs):
     parts = []
     for key, value in attrs.items():
         if value is None:
             continue
         name = key.rstrip("_").replace("_", "-")
-        if isinstance(value, float):
-            value = _num(value)
-        parts.append(f" {name}={quoteattr(str(value))}")
+        text = _num(value) if isinstance(value, float) else str(value)
+        # Most values are numbers and colours: quote them directly, escape only what needs it.
+        parts.append(f" {name}={quoteattr(text)}" if _NEEDS_QUOTING.intersection(text) else f' {name}="{text}"')
     return "".join(parts)
 
 
