@@ -50,7 +50,7 @@ def run(sol, world, seed=0, freeze=False):
                  f"parameters whose .grad is None", input=shown)
         if r["grad_diff"] > 1e-6:
             fail(f"on rank {rank} the gradients differ from the whole batch's by up to {r['grad_diff']:.3g} "
-                 f"(a sum instead of a mean?)", input=shown, expected=0.0, got=r["grad_diff"])
+                 f"(a sum instead of a mean?)", input=shown)
     return shown, results
 
 
