@@ -119,6 +119,51 @@ def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, buck
     return out
 
 
+def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
+    """On every rank: mylib's bf16 and PowerSGD hooks on PyTorch's DDP and on MyDDP, the same steps.
+
+    The contract is PyTorch's, so PyTorch's DDP runs mylib's hooks as they
+    are. Returns the largest parameter difference between the two wrappers
+    after ``steps`` SGD steps, per hook (one bucket each).
+    """
+    out = {}
+    for name, settings in (("bf16", {}), ("powersgd", dict(matrix_approximation_rank=2, start_powerSGD_iter=2))):
+        models = [nn.parallel.DistributedDataParallel(mlp(sizes, 0)), MyDDP(mlp(sizes, 0))]
+        for model in models:
+            state, hook = _my_hook(name, **settings)
+            # DDP checks a hook's parameter names (state, bucket), and refuses one named bf16_compress_hook on gloo.
+            model.register_comm_hook(state, lambda state, bucket, hook=hook: hook(state, bucket))
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+        g = torch.Generator().manual_seed(dist.get_rank())
+        for _ in range(steps):
+            x = torch.randn(4, sizes[0], generator=g)
+            for model, opt in zip(models, opts):
+                opt.zero_grad()
+                model(x).pow(2).sum().backward()
+                if isinstance(model, MyDDP):
+                    model.finish_gradient_sync()
+                opt.step()
+        out[name] = _max_diff(models[0].module, models[1].module)
+    return out
+
+
+def through_each_hook(scale):
+    """On every rank: a gradient of ``scale x (rank + 1)`` averaged by fp32, fp16 and bf16 hooks (one number each).
+
+    Shows the formats' ranges: fp16 flushes what is below its smallest
+    subnormal (6e-8) to zero and overflows above 65504; bf16 has fp32's range.
+    """
+    out = {}
+    for name, hook in (("fp32", None), ("fp16", HOOKS["fp16"]), ("bf16", HOOKS["bf16"])):
+        model = MyDDP(nn.Linear(3, 2, bias=False), bucket_cap_mb=0)
+        if hook is not None:
+            model.register_comm_hook(None, hook)
+        (model(torch.ones(1, 3)).sum() * scale * (dist.get_rank() + 1)).backward()
+        model.finish_gradient_sync()
+        out[name] = model.module.weight.grad[0, 0].item()
+    return out
+
+
 def error_feedback_ledger(steps=8, rank=1):
     """On every rank: PowerSGD with error feedback loses nothing, it only delays.
 
@@ -171,15 +216,18 @@ RUNS = [
 
 
 def corpus():
-    """The text and its split: ids of every character (printable ASCII and newline; others map to one id)."""
+    """Training and held-out character ids, and the vocabulary size (printable ASCII, newline, one id for the rest)."""
     from pydoc_data.topics import topics
 
     text = "".join(topics[key] for key in sorted(topics))
     alphabet = ["\n"] + [chr(c) for c in range(32, 127)]
     index = {c: i for i, c in enumerate(alphabet)}
     ids = torch.tensor([index.get(c, len(alphabet)) for c in text], dtype=torch.long)
-    cut = int(0.9 * len(ids))
-    return ids[:cut], ids[cut:], len(alphabet) + 1
+    # Every tenth block of 2,000 characters is held out, so both parts mix all the topics.
+    blocks = ids.split(2000)
+    train = torch.cat([b for i, b in enumerate(blocks) if i % 10 != 9])
+    held_out = torch.cat([b for i, b in enumerate(blocks) if i % 10 == 9])
+    return train, held_out, len(alphabet) + 1
 
 
 class CharMLP(nn.Module):
@@ -272,3 +320,24 @@ def steps_to_reach(result, target):
 def held_out_at(result, step):
     """The held-out loss evaluated at ``step``."""
     return dict(result["held_out"])[step]
+
+
+def gradient_spectrum(steps=100, config=CHAR_TASK):
+    """One process: train the character model ``steps`` Adam steps, then the singular values of each weight's gradient.
+
+    Returns ``{name: singular values (descending)}`` for the 2-D weights:
+    how much of a real gradient a rank-r approximation can keep.
+    """
+    c = config
+    train, _, vocab = corpus()
+    torch.manual_seed(c["seed"])
+    model = CharMLP(vocab, c["context"], c["dim"], c["hidden"])
+    opt = torch.optim.Adam(model.parameters(), lr=c["lr"])
+    data = torch.Generator().manual_seed(c["seed"])
+    for _ in range(steps + 1):
+        x, y = _windows(train, torch.randint(len(train) - c["context"], (c["batch"],), generator=data), c["context"])
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        if _ < steps:
+            opt.step()
+    return {name: torch.linalg.svdvals(p.grad).tolist() for name, p in model.named_parameters() if p.dim() == 2}

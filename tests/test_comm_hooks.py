@@ -2,13 +2,12 @@
 
 import pytest
 import torch
-import torch.distributed as dist
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mylib import MyDDP, run_ranks
-from mylib.comm_hooks import UNIT_ROUNDOFF, bf16_compress_hook, fp16_compress_hook, rounding_error_in_units
-from mylib.compress_check import hooks_against_pytorch
+from mylib import run_ranks
+from mylib.comm_hooks import UNIT_ROUNDOFF, fp16_compress_hook, rounding_error_in_units
+from mylib.compress_check import hooks_against_pytorch, through_each_hook
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16"])
@@ -35,24 +34,11 @@ def test_rounding_stays_in_the_format(name, world, sizes, cap):
     assert all(b * 2 == f for b, f in zip(out["bytes"], out["fp32_bytes"]))
 
 
-def _range(scale):
-    """Every rank's gradient is `scale` x (rank + 1): what arrives through each hook."""
-    out = {}
-    for name, hook in (("fp32", None), ("fp16", fp16_compress_hook), ("bf16", bf16_compress_hook)):
-        model = MyDDP(torch.nn.Linear(3, 2, bias=False), bucket_cap_mb=0)
-        if hook is not None:
-            model.register_comm_hook(None, hook)
-        (model(torch.ones(1, 3)).sum() * scale * (dist.get_rank() + 1)).backward()
-        model.finish_gradient_sync()
-        out[name] = model.module.weight.grad[0, 0].item()
-    return out
-
-
 def test_fp16_range_versus_bf16_range():
-    tiny = run_ranks(_range, 2, args=(1e-9,))[0]  # average 1.5e-9: under fp16's smallest subnormal (6e-8)
+    tiny = run_ranks(through_each_hook, 2, args=(1e-9,))[0]  # average 1.5e-9: under fp16's smallest subnormal (6e-8)
     assert tiny["fp16"] == 0.0
     assert abs(tiny["bf16"] - tiny["fp32"]) <= UNIT_ROUNDOFF[torch.bfloat16] * 2 * tiny["fp32"]
-    huge = run_ranks(_range, 2, args=(1e5,))[0]  # rank 1 sends 2e5 / 2 = 1e5: over fp16's largest, 65504
+    huge = run_ranks(through_each_hook, 2, args=(1e5,))[0]  # rank 1 sends 2e5 / 2 = 1e5: over fp16's largest, 65504
     assert huge["fp16"] == float("inf")
     assert abs(huge["bf16"] - huge["fp32"]) <= UNIT_ROUNDOFF[torch.bfloat16] * 2 * huge["fp32"]
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mylib import MyDDP, comm, run_ranks
 from mylib.compress_check import (RUNS, compare_training, error_feedback_ledger, held_out_at, hooks_against_pytorch,
-                                  mlp, steps_to_reach)
+                                  mlp, mylib_hooks_on_pytorch_ddp, steps_to_reach)
 from mylib.powersgd import PowerSGDState, compression_plan, orthonormalize_, powersgd_hook
 
 
@@ -23,6 +23,11 @@ def test_matches_pytorch_powersgd(world, rank, cap):
     assert max(out["vs_ddp"]) < 1e-6 and max(out["vs_torch_hook_on_myddp"]) < 1e-6, out
     assert out["bytes"][:2] == out["fp32_bytes"][:2]  # the plain steps first
     assert all(b < f / 2 for b, f in zip(out["bytes"][2:], out["fp32_bytes"][2:]))
+
+
+def test_mylib_hooks_run_on_pytorch_ddp():
+    for diffs in run_ranks(mylib_hooks_on_pytorch_ddp, 2):
+        assert diffs == {"bf16": 0.0, "powersgd": 0.0}, diffs  # same hook, same bucket: the same bits
 
 
 def _many_buckets(steps=6):
