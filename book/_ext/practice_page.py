@@ -34,7 +34,7 @@ PRACTICE = os.path.join(ROOT, "practice")
 PAGE = "book/practice"
 MARKER = "<!-- practice-exercises -->"
 # The judge's modules the browser needs (standard library only).
-BROWSER_JUDGE_FILES = ("__init__.py", "checking.py", "loading.py", "browser.py")
+BROWSER_JUDGE_FILES = ("__init__.py", "checking.py", "running.py", "loading.py", "browser.py")
 
 
 def _catalog():

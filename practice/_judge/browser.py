@@ -9,7 +9,7 @@ when it runs past its time limit.
 
 import json
 
-from _judge.checking import Solution, collect_checks, describe, headline, overall, run_checks
+from _judge.running import Solution, collect_checks, describe, headline, overall, run_checks
 from _judge.loading import load_checks, load_solution
 
 

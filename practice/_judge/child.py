@@ -20,7 +20,7 @@ PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PRACTICE_DIR not in sys.path:
     sys.path.insert(0, PRACTICE_DIR)
 
-from _judge.checking import Solution, collect_checks, run_checks  # noqa: E402
+from _judge.running import Solution, collect_checks, run_checks  # noqa: E402
 from _judge.loading import load_checks, load_solution  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import os
 import sys
 import types
 
-from _judge.checking import _reader_frames, classify_exception
+from _judge.running import _reader_frames, classify_exception
 
 
 def load_solution(path, guard=None):

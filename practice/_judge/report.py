@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from _judge.checking import describe, headline
+from _judge.running import describe, headline
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "error": "red", "todo": "yellow", "hang": "magenta",
                 "timeout": "magenta", "exit": "red", "skipped": "dim"}

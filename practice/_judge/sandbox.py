@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from _judge.checking import overall
+from _judge.running import overall
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

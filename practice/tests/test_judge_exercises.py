@@ -31,7 +31,7 @@ def test_exercise_is_complete(exercise_id):
     starter = open(ex.path("starter.py"), encoding="utf-8").read()
     assert f"python practice/judge.py {ex.number}" in starter, "the starter says how to grade it"
     from _judge.loading import load_checks
-    from _judge.checking import collect_checks
+    from _judge.running import collect_checks
     assert len(collect_checks(load_checks(ex.dir))) >= 3
 
 
