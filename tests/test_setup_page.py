@@ -1,0 +1,24 @@
+"""The setup page's torchrun example runs as printed (book/setup.md), under torchrun, on the CPU."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_setup_page_torchrun_example(tmp_path):
+    text = (ROOT / "book" / "setup.md").read_text(encoding="utf-8")
+    script = re.search(r"```python\n(# train\.py\n.*?)```", text, re.S).group(1)
+    (tmp_path / "train.py").write_text(script)
+    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node=2", "train.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^2 ranks, last loss on rank 0: \d+\.\d{4}$", done.stdout, re.M), done.stdout
