@@ -5,7 +5,7 @@ fragment), written with the standard library only in a mylib module, plus the
 sliders that choose its arguments::
 
     from mylib.livefig import LiveFigure, Slider
-    from mylib.timeline_svg import bucketing_figure
+    from mylib.overlap_figures import bucketing_figure
 
     LiveFigure(bucketing_figure, [
         Slider("n_layers", "layers", min=2, max=96, step=1, default=24),

@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from mylib.livefig import Slider
-from mylib.timeline_svg import BUCKETING_SLIDERS, bucketing_timelines
+from mylib.overlap_figures import BUCKETING_SLIDERS, bucketing_timelines
 
 pytestmark = pytest.mark.browser
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from mylib import browser
 from mylib.livefig import LiveFigure, Slider, render_positions
-from mylib.timeline_svg import BUCKETING_SLIDERS, bucketing_figure
+from mylib.overlap_figures import BUCKETING_SLIDERS, bucketing_figure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,9 +96,9 @@ def test_render_positions_calls_the_same_function_with_the_same_values():
     fig = chapter_figure()
     specs = json.dumps([s.spec() for s in fig.sliders])
     positions = {"n_layers": 50, "bucket_cap_mb": 1, "backward_ms_per_layer": "7.2"}
-    got = render_positions("mylib.timeline_svg", "bucketing_figure", specs, json.dumps(positions))
+    got = render_positions("mylib.overlap_figures", "bucketing_figure", specs, json.dumps(positions))
     assert got == fig.svg(n_layers=50, bucket_cap_mb=fig.sliders[1].options[1], backward_ms_per_layer=7.0)
-    assert render_positions("mylib.timeline_svg", "bucketing_figure", specs, "{}") == fig.svg()
+    assert render_positions("mylib.overlap_figures", "bucketing_figure", specs, "{}") == fig.svg()
 
 
 def test_static_twin_has_default_drawing_inputs_and_what_the_browser_needs():
@@ -108,13 +108,13 @@ def test_static_twin_has_default_drawing_inputs_and_what_the_browser_needs():
     assert bundle["text/plain"] == repr(fig) and "0x" not in repr(fig)
     twin = parse_twin(bundle["text/html"])
     assert twin.svgs >= 1 and fig.svg() in bundle["text/html"]
-    assert twin.figure["data-module"] == "mylib.timeline_svg"
+    assert twin.figure["data-module"] == "mylib.overlap_figures"
     assert twin.figure["data-function"] == "bucketing_figure"
     assert twin.figure["data-state"] == "static"
     specs = json.loads(twin.figure["data-sliders"])
     assert [s["name"] for s in specs] == [s.name for s in fig.sliders]
     modules = json.loads(twin.figure["data-modules"])
-    assert {"livefig", "timeline", "timeline_svg", "svg", "buckets", "costmodel"} <= set(modules)
+    assert {"livefig", "timeline", "timeline_svg", "overlap_figures", "svg", "buckets", "costmodel"} <= set(modules)
     assert set(modules) <= set(browser.browser_modules())
     by_name = {i["name"]: i for i in twin.inputs}
     for s in fig.sliders:
@@ -148,7 +148,8 @@ def test_render_in_a_torch_module_is_refused_with_the_import_named(tmp_path):
     with pytest.raises(ValueError, match="imports torch"):
         browser.module_closure("mylib.ddp")
     assert "ddp" not in browser.browser_modules() and "launch" not in browser.browser_modules()
-    assert {"buckets", "livefig", "svg", "timeline", "timeline_svg", "browser"} <= set(browser.browser_modules())
+    expected = {"buckets", "livefig", "svg", "timeline", "timeline_svg", "overlap_figures", "browser"}
+    assert expected <= set(browser.browser_modules())
 
 
 def test_module_scan_follows_imports(tmp_path):
