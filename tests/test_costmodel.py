@@ -56,6 +56,31 @@ def test_bus_bandwidth_recovers_the_link_bandwidth(b, n, beta):
     assert math.isclose(bus_bandwidth(b, n, ring_all_reduce_time(b, n, 0.0, beta)), beta, rel_tol=1e-9)
 
 
+def test_chapter_1_worked_answers():
+    # The self-test answers and the tree exercise's solution, in chapter 1's prose.
+    mb, gb = 10 ** 6, 2 ** 30
+    assert 2 * 7 / 8 * 100 * mb == 175 * mb  # Q1: bytes each of 8 ranks sends for 100 MB
+    alpha, beta, n = 10e-6, 10e9, 64
+    latency, bandwidth = ring_all_reduce_terms(4096, n, alpha, beta)  # Q3 at 4 KB
+    assert latency == pytest.approx(1.26e-3) and bandwidth == pytest.approx(0.8e-6, rel=0.01)
+    latency, bandwidth = ring_all_reduce_terms(gb, n, alpha, beta)  # Q3 at 1 GB
+    assert round(bandwidth, 2) == 0.21 and bandwidth > 100 * latency
+    # Q4: twice the ranks barely changes 1 GB, nearly doubles 1 KB
+    assert ring_all_reduce_time(gb, 128, alpha, beta) / ring_all_reduce_time(gb, 64, alpha, beta) < 1.02
+    ratio = ring_all_reduce_time(1024, 128, alpha, beta) / ring_all_reduce_time(1024, 64, alpha, beta)
+    assert ratio == pytest.approx(2, rel=0.02)
+    # Exercise ch1-tree: a tree 2 log2(n) (alpha + b/beta) beats the ring below about 14 MB at n = 1024
+    n, alpha, beta = 1024, 5e-6, 25e9
+
+    def tree(b):
+        return 2 * math.log2(n) * message_time(b, alpha, beta)
+
+    crossing = 1013 * alpha * beta / (10 - 1023 / 1024)
+    assert round(crossing / mb) == 14
+    assert tree(0.9 * crossing) < ring_all_reduce_time(0.9 * crossing, n, alpha, beta)
+    assert tree(1.1 * crossing) > ring_all_reduce_time(1.1 * crossing, n, alpha, beta)
+
+
 def test_one_rank_costs_nothing_and_bad_constants_are_named():
     assert ring_all_reduce_time(10 ** 6, 1, 1e-5, 1e9) == 0
     with pytest.raises(ValueError, match="alpha is a latency"):
