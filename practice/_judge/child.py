@@ -33,8 +33,10 @@ class CheckTimeout(Exception):
 def limit_resources(output_cap_bytes, memory_cap_bytes):
     """Caps that turn a runaway into a clear verdict instead of a full disk, memory or a core dump."""
     import resource
-    # Huge output: writing past the cap kills this process with SIGXFSZ.
+    # Huge output: writing past the cap kills this process with SIGXFSZ (Python ignores that
+    # signal by default, which would turn the flood into an OSError inside the reader's code).
     resource.setrlimit(resource.RLIMIT_FSIZE, (output_cap_bytes, output_cap_bytes))
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if memory_cap_bytes:  # a list that grows forever ends in MemoryError, not in the machine swapping
         resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))

@@ -172,7 +172,7 @@ def _report(returncode, killed_for, events, printed, printed_bytes, time_limit_s
     if killed_for == "timeout":
         return finish("timeout", f"your code ran past the time limit of {time_limit_s:g} s{during} and was "
                                  f"stopped: an infinite loop, or a wait that never ends?")
-    if killed_for == "output" or returncode == -getattr(signal, "SIGXFSZ", 25):
+    if killed_for == "output" or returncode == -getattr(signal, "SIGXFSZ", 25) or printed_bytes >= OUTPUT_CAP_BYTES:
         return finish("too much output", f"your code printed more than {OUTPUT_CAP_BYTES // (1024 * 1024)} MB{during} "
                                          f"and was stopped: is a print inside a loop that never ends?")
     if "load_error" in by_kind:
