@@ -60,9 +60,10 @@ def token_weights_figure(tokens_rank0=3, tokens_rank1=1, loss_rank0=1.0, loss_ra
                 x += bar_w
             x += bar_w  # a gap between the ranks
         for r in range(2):
+            each = "NaN (0/0)" if weights[r] != weights[r] else f"{weights[r]:.3g} each"
             text = "no tokens" if not counts[r] else (
-                "NaN (0/0)" if weights[r] != weights[r] else f"{weights[r]:.3g} each")
-            svg.text(20, y0 + 30 + 18 * r, f"rank {r}: {counts[r]} tokens, {text}", size=11, fill=RANK_COLORS[r])
+                f"{counts[r]} token{'s' if counts[r] != 1 else ''}, {each}")
+            svg.text(20, y0 + 30 + 18 * r, f"rank {r}: {text}", size=11, fill=RANK_COLORS[r])
     mom, tm = w["mean_of_means"], w["token_mean"]
     if mom != mom:
         verdict = "mean of means is NaN: a rank without target tokens divides 0 by 0"
