@@ -72,6 +72,10 @@ def _preload_in_ranks(names):
 
 def _call_resolved(worker, *args):
     """In a rank: load the reader's objects from their file, then run the worker on them."""
+    import faulthandler
+    # A rank killed by a signal (gloo aborts on mismatched collectives) then prints its Python
+    # stack into its log, which the launcher reports: the verdict can name the reader's line.
+    faulthandler.enable(file=sys.stderr)
     return worker(*(a.resolve() if isinstance(a, ReaderObject) else a for a in args))
 
 

@@ -160,14 +160,20 @@ def _rank_error_result(name, exc, path):
                            f"a solution returns its answer instead of ending the process"}
     if "without returning a result" in str(exc).splitlines()[0]:
         first = str(exc).splitlines()[0]
+        said = [line.strip() for line in tb.splitlines() if "what():" in line or "Error" in line]
+        detail = f" ({said[-1].split('what():')[-1].strip()})" if said else ""
+        if "mismatch" in tb or "doesn't match" in tb:
+            return {"name": name, "status": "error", "where": where, "stop": True,
+                    "message": f"{first}{detail}: the ranks called different collectives, or with different "
+                               f"sizes. Every rank must make the same collective calls in the same order"}
         return {"name": name, "status": "error", "where": where,
-                "message": f"{first}. Did your code call os._exit(), or crash?"}
+                "message": f"{first}{detail}. Did your code call os._exit(), or crash?"}
     if where:
         note = ""
         if "by peer" in last or "Connection reset" in last:
             note = (". Another rank stopped or called a different collective at that moment: ranks that "
                     "disagree on which collectives to call, or how many times, fail (or hang) like this")
-        return {"name": name, "status": "error", "where": where,
+        return {"name": name, "status": "error", "where": where, "stop": bool(note),  # a mismatch repeats
                 "message": f"on rank {exc.rank} your code raised {last}{note}"}
     return {"name": name, "status": "error", "where": _tail(tb, 1200),
             "message": f"rank {exc.rank} failed outside your code: {last}"}
