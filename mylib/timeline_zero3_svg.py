@@ -10,7 +10,7 @@ parameter bytes whole at once. Each number also sits in the SVG as
 """
 
 from mylib import timeline as tl
-from mylib.svg import PALETTE, Svg, format_bytes, format_seconds, ticks
+from mylib.svg import PALETTE, Svg, format_seconds, ticks
 from mylib.timeline_zero3 import zero3_step
 
 LANE_H, LANE_GAP, ROW_H, LEFT, PANEL_W = 16, 4, 62, 78, 214
@@ -25,6 +25,11 @@ def row_numbers(timeline, ranks, model_bytes):
     sent = sum(SENT_SHARE[s.kind] * (ranks - 1) / ranks * s.nbytes for s in timeline.spans if s.lane == tl.COMM)
     return {"step_s": timeline.step_s, "waiting_s": timeline.step_s - compute, "sent_bytes": sent,
             "whole_bytes": getattr(timeline, "peak_gathered_bytes", model_bytes)}
+
+
+def decimal_bytes(nbytes):
+    """``4.20 GB`` or ``200 MB``: decimal units (10^9, 10^6), like the chapter's GB/s and its memory model."""
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.0f} MB"
 
 
 def _idle(spans, end):
@@ -85,8 +90,8 @@ def zero3_timeline_figure(n_layers=12, params_per_layer_m=100, bandwidth_gb_s=50
         numbers = row_numbers(row, ranks, layer_bytes * n_layers)
         texts = [("step_s", f"step {format_seconds(numbers['step_s'])}"),
                  ("waiting_s", f"waiting for comm {format_seconds(numbers['waiting_s'])}"),
-                 ("sent_bytes", f"sent per rank {format_bytes(numbers['sent_bytes'])}"),
-                 ("whole_bytes", f"whole at once {format_bytes(numbers['whole_bytes'])}")]
+                 ("sent_bytes", f"sent per rank {decimal_bytes(numbers['sent_bytes'])}"),
+                 ("whole_bytes", f"whole at once {decimal_bytes(numbers['whole_bytes'])}")]
         for j, (key, text) in enumerate(texts):
             fig.text(width - PANEL_W + 12, y + 12 + j * 13, text, size=11,
                      fill=PALETTE["exposed"] if key == "waiting_s" and numbers[key] > 0.05 * numbers["step_s"]
