@@ -63,6 +63,21 @@ def test_why_ddp_cannot_hold_70b():
     assert max_params_that_fit(80 * GB, 1, 0) == pytest.approx(5e9)  # DDP: 5B parameters at most
 
 
+def test_the_13b_exercise_of_chapter_6():
+    """Exercise ex-6-fit-13b's key points: 208, 71.5, 48.75 and 26 GB per GPU on 8 GPUs, what is left of 80 GB."""
+    totals = [memory_per_rank(13e9, 8, stage).total / GB for stage in STAGES]
+    assert totals == pytest.approx([208, 71.5, 48.75, 26])
+    assert [80 - t for t in totals[1:]] == pytest.approx([8.5, 31.25, 54])
+
+
+def test_the_zero3_timeline_prints_decimal_bytes_like_the_chapter():
+    from mylib.timeline_zero3_svg import zero3_timeline_figure
+
+    svg = zero3_timeline_figure()  # 12 layers of 100M bf16 parameters, 8 ranks
+    assert "sent per rank 4.20 GB" in svg and "whole at once 2.40 GB" in svg  # DDP: 2 x 7/8 x 2.4 GB sent
+    assert "sent per rank 6.30 GB" in svg and "whole at once 200 MB" in svg  # ZeRO-3: 1.5 x DDP, one layer
+
+
 @settings(max_examples=200)
 @given(psi=st.floats(1e8, 2e12), stage=st.sampled_from(STAGES), k=ks, memory_gb=st.sampled_from([16, 40, 80, 141]))
 def test_min_ranks_to_fit_is_the_smallest(psi, stage, k, memory_gb):
