@@ -127,7 +127,9 @@ def _context():
     # fraction of a second, instead of re-importing torch in each rank.
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", __name__])
+        # torch.optim and DDP import torch._dynamo on first use: seconds per rank
+        # on a busy machine, unless the fork server has imported it once.
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", __name__])
         return ctx
     return mp.get_context("spawn")
 
@@ -232,7 +234,11 @@ def _stacks_of(procs, ranks, log_dir):
         if procs[r].is_alive():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(procs[r].pid, signal.SIGUSR1)  # faulthandler dumps its stack to the log
-    time.sleep(0.5)
+    # A busy machine can take a while to deliver the signal and write the dump.
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and not all(
+            "Stack (most recent call first)" in _log_tail(log_dir, r) or not procs[r].is_alive() for r in ranks):
+        time.sleep(0.05)
     stacks = {}
     for r in ranks:
         tail = _log_tail(log_dir, r, max_chars=20000)
