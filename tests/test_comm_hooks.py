@@ -31,7 +31,9 @@ def test_rounding_stays_in_the_format(name, world, sizes, cap):
                     kwargs={"steps": 2, "sizes": tuple(sizes), "bucket_cap_mb": cap}, show_output=False)[0]
     assert out["rounding_units"] <= world and out["ddp_rounding_units"] <= world
     assert max(out["vs_torch_hook_on_myddp"]) == 0.0
-    assert all(b * 2 == f for b, f in zip(out["bytes"], out["fp32_bytes"]))
+    # Half, up to the byte counter's rounding: it floors 2 (n-1)/n x bytes once per all-reduce (per bucket),
+    # which matters for tiny buckets on 3 ranks. There are at most 2 (len(sizes) - 1) buckets.
+    assert all(abs(b * 2 - f) <= 2 * 2 * len(sizes) for b, f in zip(out["bytes"], out["fp32_bytes"]))
 
 
 def test_fp16_range_versus_bf16_range():
