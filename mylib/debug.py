@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 @torch.no_grad()
 def replica_drift(module, group=None):
-    """Largest ``|x - x on rank 0|`` over ranks, per parameter and buffer; the same dict on every rank.
+    """Largest ``|x - x on rank 0|`` over ranks, per parameter and buffer.
 
     Zero everywhere means the replicas are identical, as data parallelism
     needs. A parameter that drifts means gradients were not averaged (or an
@@ -32,20 +32,21 @@ def replica_drift(module, group=None):
     synchronised (BatchNorm statistics, chapter 8).
     """
     named = [(f"param {n}", t) for n, t in module.named_parameters()]
-    named += [(f"buffer {n}", t) for n, t in module.named_buffers() if t.is_floating_point()]
+    named += [(f"buffer {n}", t) for n, t in module.named_buffers()
+              if t.is_floating_point()]
     src = dist.get_global_rank(group, 0) if group is not None else 0
     drift = {}
     for name, tensor in named:
         reference = tensor.detach().clone()
         dist.broadcast(reference, src, group=group)
-        diff = (tensor.detach() - reference).abs().max().reshape(1).to(torch.float64)
+        diff = (tensor.detach() - reference).abs().max().reshape(1).double()
         dist.all_reduce(diff, op=dist.ReduceOp.MAX, group=group)
         drift[name] = diff.item()
     return drift
 
 
 def shard_report(indices, dataset_size, group=None):
-    """Which samples each rank read, compared across ranks; the same dict on every rank.
+    """Which samples each rank read, compared across ranks (on every rank).
 
     ``indices`` are the dataset indices this rank read (in one epoch).
     Returns ``per_rank`` (how many each rank read), ``read_by_several``
@@ -62,12 +63,13 @@ def shard_report(indices, dataset_size, group=None):
     several = sorted(i for i, ranks in owners.items() if len(ranks) > 1)
     twice = sorted({i for mine in everyone for i in mine if mine.count(i) > 1})
     never = sorted(set(range(dataset_size)) - set(owners))
-    return {"per_rank": [len(mine) for mine in everyone], "read_by_several": several,
-            "read_twice_by_one": twice, "never_read": never, "disjoint": not several and not never}
+    return {"per_rank": [len(mine) for mine in everyone],
+            "read_by_several": several, "read_twice_by_one": twice,
+            "never_read": never, "disjoint": not several and not never}
 
 
 def checked_group(ranks=None):
-    """A new group of ``ranks`` (default: all) whose collectives are checked across ranks first.
+    """A new group of ``ranks`` (default: all) whose collectives are checked first.
 
     Before each collective, every rank sends its fingerprint (kind of
     collective, tensor shapes and dtypes, a sequence number) and a mismatch

@@ -59,7 +59,7 @@ class LocalSGD:
                 comm.broadcast(p.data, src=src, group=process_group)
 
     def step(self):
-        """One local optimizer step; the parameters are averaged when it completes a period."""
+        """One local optimizer step; the parameters are averaged after every H-th."""
         self.optimizer.step()
         self.local_steps += 1
         if self.local_steps % self.sync_every == 0:
@@ -67,14 +67,15 @@ class LocalSGD:
 
     @torch.no_grad()
     def average_parameters(self):
-        """Replace every rank's parameters with their mean over ranks: one all-reduce of a flat buffer."""
+        """Replace every rank's parameters with their mean (one all-reduce, flat)."""
         if self.world_size == 1:
             return
         flat = _flatten_dense_tensors([p.data for p in self.params])
         flat.div_(self.world_size)
         comm.all_reduce(flat, group=self.process_group)
-        for p, averaged in zip(self.params, _unflatten_dense_tensors(flat, [p.data for p in self.params])):
-            p.data.copy_(averaged)
+        averaged = _unflatten_dense_tensors(flat, [p.data for p in self.params])
+        for p, mean in zip(self.params, averaged):
+            p.data.copy_(mean)
         self.averages += 1
 
 
@@ -86,7 +87,7 @@ def bytes_per_step(param_bytes, world_size, sync_every):
 
 
 def stale_gradient_sgd(model, batches, lr, delay, loss_fn):
-    """Asynchronous SGD as the parameters see it: each step applies a gradient ``delay`` steps old.
+    """Asynchronous SGD as the parameters see it: gradients ``delay`` steps old.
 
     With ``n`` workers pushing gradients to a parameter server in turn, a
     worker's gradient was computed on parameters that ``n - 1`` others have
@@ -104,7 +105,9 @@ def stale_gradient_sgd(model, batches, lr, delay, loss_fn):
     history = [[p.detach().clone() for p in model.parameters()]]
     losses = []
     for x, y in batches:
-        stale = dict(zip(names, [t.requires_grad_() for t in (p.clone() for p in history[max(0, len(history) - 1 - delay)])]))
+        # The parameters as they were ``delay`` steps ago (or at the start).
+        then = history[max(0, len(history) - 1 - delay)]
+        stale = {name: p.clone().requires_grad_() for name, p in zip(names, then)}
         loss = loss_fn(functional_call(model, stale, (x,)), y)
         grads = torch.autograd.grad(loss, list(stale.values()))
         with torch.no_grad():
@@ -112,5 +115,5 @@ def stale_gradient_sgd(model, batches, lr, delay, loss_fn):
             for p, g in zip(model.parameters(), grads):
                 p.add_(g, alpha=-lr)
         history.append([p.detach().clone() for p in model.parameters()])
-        del history[:-(delay + 1)]  # only the last delay + 1 versions can still be needed
+        del history[:-(delay + 1)]  # only the last delay + 1 versions are needed
     return losses

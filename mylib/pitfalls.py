@@ -117,15 +117,18 @@ def reference(make_model, world_size, steps, use_extra_on=None, **data):
 # -- 1. a parameter that gets no gradient ------------------------------------
 
 def unused_parameters(used_by="none", find_unused=False, wrapper="mylib", steps=3):
-    """Train ``BranchNet`` whose ``extra`` head is used by no rank (``"none"``) or by rank 0 only (``"rank0"``)."""
+    """Train ``BranchNet``; its ``extra`` head is used by no rank or by rank 0 only.
+
+    ``used_by``: ``"none"`` or ``"rank0"``. ``wrapper``: ``"mylib"`` (MyDDP) or
+    ``"torch"`` (PyTorch's DistributedDataParallel).
+    """
     rank = dist.get_rank()
     net = BranchNet()
-    if wrapper == "torch":
-        model = nn.parallel.DistributedDataParallel(net, find_unused_parameters=find_unused)
-    else:
-        model = MyDDP(net, find_unused_parameters=find_unused)
+    wrap = MyDDP if wrapper == "mylib" else nn.parallel.DistributedDataParallel
+    model = wrap(net, find_unused_parameters=find_unused)
     for x, y in rank_data(rank, steps):
-        _loss(model, x, y, use_extra=(used_by == "rank0" and rank == 0)).backward()
+        use_extra = used_by == "rank0" and rank == 0
+        _loss(model, x, y, use_extra=use_extra).backward()
         if wrapper == "mylib":
             model.finish_gradient_sync()
         _sgd(model)
@@ -185,18 +188,24 @@ def norm_buffers(broadcast_buffers=True, norm="batch", steps=5, shift_per_rank=1
 def mismatched_collectives(kind="order", checked=False):
     """Two collectives that rank 0 calls in one order and the others in the other.
 
-    ``kind="order"``: an all-reduce and a broadcast (the ranks wait for each
-    other forever); ``kind="same_shape"``: two all-reduces of same-shaped
+    ``kind="order"``: an all-reduce and a broadcast (the ranks wait for
+    each other forever); ``kind="same_shape"``: two all-reduces of same-shaped
     tensors, a metric and a gradient (they pair up wrongly and nobody
     notices). ``checked=True`` runs them on :func:`mylib.debug.checked_group`.
     """
     rank = dist.get_rank()
     group = debug.checked_group() if checked else None
     metric, grad = torch.tensor([float(rank + 1)]), torch.tensor([10.0 * (rank + 1)])
-    if kind == "order":
-        first, second = (lambda: dist.all_reduce(grad, group=group)), (lambda: dist.broadcast(grad, 0, group=group))
-    else:
-        first, second = (lambda: dist.all_reduce(metric, group=group)), (lambda: dist.all_reduce(grad, group=group))
+
+    def first():
+        dist.all_reduce(grad, group=group)
+
+    def second():
+        if kind == "order":
+            dist.broadcast(grad, 0, group=group)
+        else:
+            dist.all_reduce(metric, group=group)
+
     if rank == 0:
         first()
         second()

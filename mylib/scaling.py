@@ -61,8 +61,8 @@ def per_rank_layers(layers, ranks, mode=STRONG, cores=None):
     return [Layer(layer.name, layer.backward_s * factor, layer.param_bytes) for layer in layers]
 
 
-def scaled_step(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG, forward_s=0.0,
-                optimizer_s=0.0, cores=None, first_cap_bytes=None):
+def scaled_step(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG,
+                forward_s=0.0, optimizer_s=0.0, cores=None, first_cap_bytes=None):
     """The timeline of one step on ``ranks`` ranks (a :class:`mylib.timeline.Timeline`).
 
     ``layers`` are in backward order with their backward time on ONE rank for
@@ -71,8 +71,9 @@ def scaled_step(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=ST
     parameter (chapter 6 shards it).
     """
     factor = compute_factor(ranks, mode, cores)
-    return simulate(per_rank_layers(layers, ranks, mode, cores), cap_bytes, Link(ranks, alpha_s, bandwidth),
-                    first_cap_bytes=first_cap_bytes, forward_s=forward_s * factor, optimizer_s=optimizer_s,
+    return simulate(per_rank_layers(layers, ranks, mode, cores), cap_bytes,
+                    Link(ranks, alpha_s, bandwidth), first_cap_bytes=first_cap_bytes,
+                    forward_s=forward_s * factor, optimizer_s=optimizer_s,
                     name=f"{ranks} rank{'s' if ranks > 1 else ''}")
 
 
@@ -139,18 +140,21 @@ def bucket_bytes(layers, cap_bytes=25 * MB, first_cap_bytes=None):
     return [sum(sizes[i] for i in bucket) for bucket in assign_buckets(sizes, cap_bytes, first_cap_bytes)]
 
 
-def bucketed_comm_s(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, first_cap_bytes=None):
+def bucketed_comm_s(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB,
+                    first_cap_bytes=None):
     """Seconds the link is busy per step: one ring all-reduce per bucket.
 
-    ``K`` buckets of ``G`` bytes in all cost ``2(n-1) K alpha + 2(n-1)/n G / beta``:
-    the bandwidth term is the one of a single all-reduce, but every bucket
-    pays the latency again.
+    ``K`` buckets of ``G`` bytes in all cost
+    ``2(n-1) K alpha + 2(n-1)/n G / beta``: the bandwidth term is the one of
+    a single all-reduce, but every bucket pays the latency again.
     """
-    return sum(ring_all_reduce_time(b, ranks, alpha_s, bandwidth) for b in bucket_bytes(layers, cap_bytes, first_cap_bytes))
+    buckets = bucket_bytes(layers, cap_bytes, first_cap_bytes)
+    return sum(ring_all_reduce_time(b, ranks, alpha_s, bandwidth) for b in buckets)
 
 
-def comm_bound_ranks(layers, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG, cores=None, max_ranks=1 << 16):
-    """The smallest rank count at which one rank's backward is shorter than its communication.
+def comm_bound_ranks(layers, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG,
+                     cores=None, max_ranks=1 << 16):
+    """The smallest rank count at which one rank's backward is shorter than its comm.
 
     ``layers`` as for :func:`scaled_step`. From that rank count on, no
     bucketing can hide the communication: at least the difference is

@@ -64,9 +64,9 @@ def train_single_process(make_model, batches, lr):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def train_fixed_global_batch(make_model, batches, lr, bucket_cap_mb=25.0, comm_sizes=COMM_SIZES, threads=1,
-                             use_torch_ddp=False):
-    """Run on every rank: train on this rank's slice of each global batch; time each step.
+def train_fixed_global_batch(make_model, batches, lr, bucket_cap_mb=25.0,
+                             comm_sizes=COMM_SIZES, threads=1, use_torch_ddp=False):
+    """Run on every rank: train on its slice of each global batch; time each step.
 
     Returns ``(step_s, allreduce_s, params)``: each step's time on the slowest
     rank (a synchronous step ends when the last rank is done), the all-reduce
@@ -79,27 +79,29 @@ def train_fixed_global_batch(make_model, batches, lr, bucket_cap_mb=25.0, comm_s
 
     torch.set_num_threads(threads)
     rank, n = dist.get_rank(), dist.get_world_size()
-    if batches[0][0].shape[0] % n:
-        raise ValueError(f"the global batch ({batches[0][0].shape[0]}) must split evenly over {n} ranks")
+    global_batch = batches[0][0].shape[0]
+    if global_batch % n:
+        raise ValueError(f"the global batch ({global_batch}) must split evenly "
+                         f"over {n} ranks")
     allreduce_s = time_all_reduce(comm_sizes, repeats=3, warmup=1) if n > 1 else None
-    if use_torch_ddp:
-        model = torch.nn.parallel.DistributedDataParallel(make_model(), bucket_cap_mb=bucket_cap_mb)
-    else:
-        model = MyDDP(make_model(), bucket_cap_mb=bucket_cap_mb)
+    wrap = torch.nn.parallel.DistributedDataParallel if use_torch_ddp else MyDDP
+    model = wrap(make_model(), bucket_cap_mb=bucket_cap_mb)
     step_s = []
     for x, y in batches:
         x, y = x.chunk(n)[rank], y.chunk(n)[rank]
         dist.barrier()  # every rank starts the step together
         start = time.perf_counter()
-        torch.nn.functional.mse_loss(model(x), y).backward()  # mean over this rank's rows...
+        # The mean over this rank's rows...
+        torch.nn.functional.mse_loss(model(x), y).backward()
         if not use_torch_ddp:
-            model.finish_gradient_sync()  # ...averaged over ranks: the mean over the global batch
+            # ...averaged over ranks: the mean over the global batch.
+            model.finish_gradient_sync()
         _sgd_step(model.parameters(), lr)
         step_s.append(time.perf_counter() - start)
     slowest = torch.tensor(step_s, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    module = model.module
-    return slowest.tolist(), allreduce_s, [p.detach().clone() for p in module.parameters()]
+    params = [p.detach().clone() for p in model.module.parameters()]
+    return slowest.tolist(), allreduce_s, params
 
 
 def time_compute(model, batch, width, repeats=7, threads=1):
@@ -156,16 +158,18 @@ def typical(values, skip=2):
     return statistics.median(values[skip:] if len(values) > skip else values)
 
 
-def straggler_steps(compute_s, extra_s_by_rank=None, steps=20, jitter_mean_s=0.0, grad_numel=256 * 1024, seed=0):
-    """Run on every rank: ``steps`` synchronous steps of simulated compute, then an all-reduce.
+def straggler_steps(compute_s, extra_s_by_rank=None, steps=20, jitter_mean_s=0.0,
+                    grad_numel=256 * 1024, seed=0):
+    """Run on every rank: ``steps`` steps of simulated compute, then an all-reduce.
 
     Each rank "computes" by sleeping ``compute_s``, plus its entry of
     ``extra_s_by_rank`` (a permanently slow rank), plus, with
     ``jitter_mean_s``, a random hiccup drawn from an exponential distribution
-    (seeded per rank). Sleeping needs no core, so many ranks can share a small
-    machine without disturbing the timing. Returns ``(own_s, step_s, delays_s)``:
-    this rank's compute time, its step time (compute plus the all-reduce,
-    which waits for the slowest rank) and its random delays, per step.
+    (seeded per rank). Sleeping needs no core, so many ranks can share a
+    small machine without disturbing the timing. Returns
+    ``(own_s, step_s, delays_s)``: this rank's compute time, its step time
+    (compute plus the all-reduce, which waits for the slowest rank) and its
+    random delays, per step.
     """
     import random
 

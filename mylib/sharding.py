@@ -24,7 +24,7 @@ import math
 
 
 def sampler_indices(dataset_size, world_size, rank, drop_last=False, order=None):
-    """The indices ``DistributedSampler(shuffle=..., drop_last=...)`` gives ``rank``.
+    """The indices ``DistributedSampler(shuffle=..., drop_last=...)`` gives a rank.
 
     ``order`` is the permutation of ``range(dataset_size)`` the sampler
     shuffled to (``torch.randperm(N, generator=seeded(seed + epoch))``);
@@ -33,7 +33,7 @@ def sampler_indices(dataset_size, world_size, rank, drop_last=False, order=None)
     _check(dataset_size, world_size, rank)
     indices = list(range(dataset_size)) if order is None else [int(i) for i in order]
     if len(indices) != dataset_size:
-        raise ValueError(f"order has {len(indices)} indices for a dataset of {dataset_size}")
+        raise ValueError(f"order has {len(indices)} indices for {dataset_size} samples")
     if drop_last and dataset_size % world_size:
         per_rank = math.ceil((dataset_size - world_size) / world_size)
     else:
@@ -43,7 +43,8 @@ def sampler_indices(dataset_size, world_size, rank, drop_last=False, order=None)
         indices = indices[:total]
     else:
         padding = total - len(indices)
-        indices += (indices * math.ceil(padding / len(indices)))[:padding] if padding else []
+        # Pad by repeating the start (the whole list again if it is short).
+        indices += (indices * math.ceil(padding / len(indices)))[:padding]
     return indices[rank:total:world_size]
 
 
