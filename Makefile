@@ -46,15 +46,15 @@ test: $(STAMP) $(VENDOR)
 	$(MAKE) test-browser
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m "not browser" -p no:cacheprovider
+	$(BIN)/python -m pytest -q tests -m "not browser" -p no:cacheprovider --durations=25
 
 test-practice: $(STAMP)
-	@if [ -f practice/judge.py ]; then $(BIN)/python -m pytest -q practice -p no:cacheprovider; fi
+	@if [ -f practice/judge.py ]; then $(BIN)/python -m pytest -q practice -p no:cacheprovider --durations=10; fi
 
 # nbval re-executes every notebook and compares with its stored outputs, so
 # the site (built from stored outputs) is proven current without a 2nd run.
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q --nbval notebooks --sanitize-with $(NB_SANITIZE) -p no:cacheprovider
+	$(BIN)/python -m pytest -q --nbval notebooks --sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=10
 
 test-book: $(STAMP) $(VENDOR)
 	rm -rf _build/html
