@@ -34,7 +34,7 @@ from mylib.ddp import MyDDP
 from mylib.tracer import Tracer, time_layers
 
 ALL_AT_END = "all at end"  # a cap meaning: one bucket, launched when the backward is over
-LINK_SIZES = [2 ** k for k in range(12, 26, 2)]  # 4 KB to 32 MB
+LINK_SIZES = [2 ** k for k in range(12, 26, 2)]  # 4 KB to 16 MB
 
 
 def mlp(n_layers=8, width=1024, seed=0):
