@@ -26,19 +26,22 @@ from mylib import comm
 
 
 def broadcast_parameters(module, src=0, group=None):
-    """Copy rank ``src``'s parameters and buffers (BatchNorm statistics, ...) to every rank, in place."""
+    """Copy rank ``src``'s parameters and buffers to every rank, in place.
+
+    Buffers too: BatchNorm's running statistics, for instance.
+    """
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             comm.broadcast(tensor.data, src, group=group)
 
 
 def average_gradients(module, group=None):
-    """Replace each parameter's gradient by its mean over the ranks of ``group``.
+    """Replace each parameter's gradient by its mean over ``group``'s ranks.
 
     Every rank must call it after ``backward()`` and before
     ``optimizer.step()``. Every parameter that requires a gradient must have
-    one on every rank: the ranks all-reduce the same tensors in the same order,
-    and a rank that skipped one would leave the others waiting.
+    one on every rank: the ranks all-reduce the same tensors in the same
+    order, and a rank that skipped one would leave the others waiting.
     """
     world = dist.get_world_size(group)
     for name, param in module.named_parameters():
@@ -46,9 +49,11 @@ def average_gradients(module, group=None):
             continue
         if param.grad is None:
             raise RuntimeError(
-                f"parameter {name!r} has no gradient on rank {dist.get_rank()}: it was not used in the loss. "
-                f"Freeze it (param.requires_grad_(False)) or give it a zero gradient, so that every rank "
-                f"all-reduces the same tensors.")
+                f"parameter {name!r} has no gradient on rank "
+                f"{dist.get_rank()}: it was not used in the loss. Freeze "
+                f"it (param.requires_grad_(False)) or give it a zero "
+                f"gradient, so that every rank all-reduces the same "
+                f"tensors.")
         comm.all_reduce(param.grad, group=group)
         param.grad.div_(world)
 

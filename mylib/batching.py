@@ -25,16 +25,19 @@ def check_shards(shards, dataset_len):
     """Do the ranks' index lists split ``range(dataset_len)`` exactly?
 
     ``shards[r]`` is the list of row indices rank ``r`` reads in one epoch.
-    ``disjoint``: no row is read twice (by two ranks or by one); ``complete``:
-    every row is read. Both hold exactly when the shards partition the data.
+    ``disjoint``: no row is read twice (by two ranks or by one);
+    ``complete``: every row is read. Both hold exactly when the shards
+    partition the data.
     """
     counts = Counter(i for shard in shards for i in shard)
     outside = sorted(i for i in counts if not 0 <= i < dataset_len)
     if outside:
-        raise ValueError(f"shards hold indices outside range({dataset_len}): {outside[:5]}")
+        raise ValueError(f"shards hold indices outside "
+                         f"range({dataset_len}): {outside[:5]}")
     read_twice = sorted(i for i, c in counts.items() if c > 1)
     missing = sorted(set(range(dataset_len)) - set(counts))
-    return ShardCheck(not read_twice, not missing, read_twice, missing, [len(s) for s in shards])
+    return ShardCheck(not read_twice, not missing, read_twice, missing,
+                      [len(s) for s in shards])
 
 
 def global_batch_size(micro_batch, accumulation_steps, world_size):

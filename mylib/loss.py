@@ -33,7 +33,7 @@ def global_count(count, group=None):
 
 
 def global_mean_loss(loss_sum, count, group=None):
-    """Scale a rank's *summed* loss so that the mean over ranks is the mean over all ranks' items.
+    """Scale a summed loss: its mean over ranks is the mean over all items.
 
     ``loss_sum`` is the sum of this rank's per-item losses (a tensor with a
     graph), ``count`` how many items it summed. Returns ``loss_sum *
@@ -41,7 +41,8 @@ def global_mean_loss(loss_sum, count, group=None):
     ``loss_sum * 0`` (zero loss, zero gradient) instead of dividing by zero.
     """
     if int(count) < 0:
-        raise ValueError(f"count is a number of items and cannot be negative, got {count}")
+        raise ValueError(f"count is a number of items and cannot be "
+                         f"negative, got {count}")
     total = global_count(count, group)
     if total == 0:
         return loss_sum * 0
@@ -49,20 +50,22 @@ def global_mean_loss(loss_sum, count, group=None):
 
 
 def token_mean_cross_entropy(logits, labels, ignore_index=-100, group=None):
-    """Cross-entropy over the target tokens of *all* ranks, ready for gradient averaging.
+    """Cross-entropy over the target tokens of *all* ranks, for averaging.
 
     ``logits`` has shape ``(..., vocab)`` and ``labels`` the leading shape,
     with ``ignore_index`` where there is no target. After the gradients are
     averaged over ranks they equal the gradient of the mean loss over every
-    target token of every rank, which is what one process would compute on the
-    whole batch. The value returned on one rank is not that mean; the mean of
-    the values over ranks is.
+    target token of every rank, which is what one process would compute on
+    the whole batch. The value returned on one rank is not that mean; the
+    mean of the values over ranks is.
     """
     if logits.shape[:-1] != labels.shape:
         raise ValueError(
-            f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not match: logits need the labels' "
+            f"logits {tuple(logits.shape)} and labels "
+            f"{tuple(labels.shape)} do not match: logits need the labels' "
             f"shape plus a last dimension for the vocabulary")
-    loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+    loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                               labels.reshape(-1),
                                ignore_index=ignore_index, reduction="sum")
     count = (labels != ignore_index).sum()
     return global_mean_loss(loss_sum, count, group)

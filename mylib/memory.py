@@ -68,7 +68,8 @@ def _check(num_params, world_size, stage):
         raise ValueError(f"stage must be one of {STAGES} (0 = DDP, 1-3 = ZeRO stages), got {stage!r}")
 
 
-def memory_per_rank(num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K, param_bytes=2, grad_bytes=2):
+def memory_per_rank(num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K,
+                    param_bytes=2, grad_bytes=2):
     """Bytes of parameters, gradients and optimizer state on one rank.
 
     ``stage`` is 0 for DDP (nothing sharded) or the ZeRO stage 1, 2 or 3.
@@ -82,8 +83,9 @@ def memory_per_rank(num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K, par
     """
     _check(num_params, world_size, stage)
     if k < 0 or param_bytes <= 0 or grad_bytes <= 0:
-        raise ValueError(f"need k >= 0 and positive element sizes, got k={k}, "
-                         f"param_bytes={param_bytes}, grad_bytes={grad_bytes}")
+        raise ValueError(f"need k >= 0 and positive element sizes, got "
+                         f"k={k}, param_bytes={param_bytes}, "
+                         f"grad_bytes={grad_bytes}")
     n = world_size
     return MemoryPerRank(
         params=param_bytes * num_params / (n if stage >= 3 else 1),

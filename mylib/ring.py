@@ -54,19 +54,24 @@ def chunk_bounds(numel, n):
 
 
 def ring_steps(n):
-    """The ring all-reduce schedule for ``n`` ranks: a list of ``2(n-1)`` steps.
+    """The ring all-reduce schedule for ``n`` ranks: ``2(n-1)`` steps.
 
     Each step is a list of transfers ``(phase, src, dst, chunk)``: rank
-    ``src`` sends its copy of chunk ``chunk`` to ``dst = (src+1) % n``. In the
-    reduce-scatter phase ``dst`` adds it to its own copy; in the all-gather
-    phase ``dst`` overwrites its copy with it. All transfers of a step happen
-    at the same time, one per rank, so every link of the ring is busy.
+    ``src`` sends its copy of chunk ``chunk`` to ``dst = (src+1) % n``. In
+    the reduce-scatter phase ``dst`` adds it to its own copy; in the
+    all-gather phase ``dst`` overwrites its copy with it. All transfers of
+    a step happen at the same time, one per rank, so every link of the ring
+    is busy.
     """
     steps = []
-    for s in range(n - 1):  # rank r sends the chunk it finished adding into in the step before
-        steps.append([(REDUCE_SCATTER, r, (r + 1) % n, (r - s) % n) for r in range(n)])
-    for s in range(n - 1):  # rank r starts with chunk r+1, which it holds complete
-        steps.append([(ALL_GATHER, r, (r + 1) % n, (r + 1 - s) % n) for r in range(n)])
+    for s in range(n - 1):
+        # rank r sends the chunk it added into in the step before
+        steps.append([(REDUCE_SCATTER, r, (r + 1) % n, (r - s) % n)
+                      for r in range(n)])
+    for s in range(n - 1):
+        # rank r starts with chunk r+1, which it holds complete
+        steps.append([(ALL_GATHER, r, (r + 1) % n, (r + 1 - s) % n)
+                      for r in range(n)])
     return steps
 
 
@@ -127,11 +132,12 @@ def _exchange(send_chunk, dst, recv_into, src, group):
 
     Both are posted before either is waited on: if every rank first did a
     blocking send, every rank could wait for its neighbour to receive, and
-    the ring would stall. Empty chunks (tensors smaller than ``n``) are skipped
-    on both sides, which agree because every rank computes the same bounds.
+    the ring would stall. Empty chunks (tensors smaller than ``n``) are
+    skipped on both sides, which agree because every rank computes the same
+    bounds.
     """
     works = []
-    if recv_into.numel():  # posted first, so the chunk can land in place as soon as it arrives
+    if recv_into.numel():  # posted first: the chunk lands on arrival
         works.append(comm.irecv(recv_into, src, group=group))
     if send_chunk.numel():
         works.append(comm.isend(send_chunk, dst, group=group))
@@ -140,20 +146,20 @@ def _exchange(send_chunk, dst, recv_into, src, group):
 
 
 def reduce_scatter_phase(chunks, rank, n, op=dist.ReduceOp.SUM, group=None):
-    """Phase 1: afterwards ``chunks[(rank+1) % n]`` holds the reduction over all ranks."""
+    """Phase 1: then ``chunks[(rank+1) % n]`` holds the full reduction."""
     combine = _combine(op)
     right, left = _peer(rank + 1, n, group), _peer(rank - 1, n, group)
     scratch = torch.empty_like(chunks[0])  # chunk 0 is the largest
     for step in ring_steps(n)[: n - 1]:
         _, _, _, send_c = step[rank]
-        _, _, _, recv_c = step[(rank - 1) % n]  # what the left neighbour sends now
+        _, _, _, recv_c = step[(rank - 1) % n]  # from the left neighbour
         incoming = scratch[: chunks[recv_c].numel()]
         _exchange(chunks[send_c], right, incoming, left, group)
         combine(chunks[recv_c], incoming)
 
 
 def all_gather_phase(chunks, rank, n, group=None):
-    """Phase 2: pass the finished chunks around until every rank holds all of them."""
+    """Phase 2: pass the finished chunks on till every rank has them all."""
     right, left = _peer(rank + 1, n, group), _peer(rank - 1, n, group)
     for step in ring_steps(n)[n - 1:]:
         _, _, _, send_c = step[rank]
@@ -162,24 +168,29 @@ def all_gather_phase(chunks, rank, n, group=None):
 
 
 def ring_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
-    """All-reduce ``tensor`` in place with the ring algorithm; same contract as ``dist.all_reduce``.
+    """All-reduce ``tensor`` in place with the ring, as ``dist.all_reduce``.
 
     Works for any shape and size (chunks differ by at most one element when
     ``n`` does not divide the size), any world size, and the ops SUM, AVG,
     PRODUCT, MAX and MIN. Returns ``tensor``.
     """
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"ring_all_reduce needs a torch.Tensor, got {type(tensor).__name__}")
+        raise TypeError(f"ring_all_reduce needs a torch.Tensor, "
+                        f"got {type(tensor).__name__}")
     _combine(op)  # reject an unsupported op before any rank starts talking
     n = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if op == dist.ReduceOp.AVG and not tensor.is_floating_point():
-        raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got {tensor.dtype}; use SUM and divide")
+        raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got "
+                        f"{tensor.dtype}; use SUM and divide")
     if n == 1 or tensor.numel() == 0:
         return tensor
-    # A contiguous tensor is reduced in its own memory; any other is copied once.
-    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1).clone()
-    chunks = [flat[start:stop] for start, stop in chunk_bounds(flat.numel(), n)]
+    # A contiguous tensor is reduced in its own memory, others copied once.
+    if tensor.is_contiguous():
+        flat = tensor.view(-1)
+    else:
+        flat = tensor.reshape(-1).clone()
+    chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), n)]
     reduce_scatter_phase(chunks, rank, n, op, group)
     all_gather_phase(chunks, rank, n, group)
     if op == dist.ReduceOp.AVG:

@@ -54,9 +54,11 @@ class Zero3Timeline:
                 f"{self.waiting_s * 1e3:.3f} ms)")
 
 
-def zero3_step(layers, link, *, prefetch, forward_ratio=0.5, optimizer_s=0.0, name=None):
-    """The timeline of a ZeRO-3 step over ``layers`` (:class:`mylib.timeline.Layer`, backward order).
+def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
+               optimizer_s=0.0, name=None):
+    """The timeline of a ZeRO-3 step over ``layers``.
 
+    ``layers`` are :class:`mylib.timeline.Layer`, in backward order.
     A layer's ``param_bytes`` are both what is gathered and what is
     reduce-scattered (same dtype); its forward takes ``forward_ratio`` times
     its backward. ``optimizer_s`` is the (sharded) optimizer step, after the
@@ -64,13 +66,15 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5, optimizer_s=0.0, na
     """
     layers = list(reversed(tl._check(layers)))  # forward order
     n, alpha, bw = link.ranks, link.alpha_s, link.bandwidth
-    spans, link_free, whole = [], 0.0, []  # whole: (from, to, bytes) while a layer's parameters are whole
+    # whole: (from, to, bytes) while a layer's parameters are whole
+    spans, link_free, whole = [], 0.0, []
 
     def on_link(kind, ready, nbytes, label, cost):
         nonlocal link_free
         start = max(ready, link_free)
         link_free = start + cost(nbytes, n, alpha, bw)
-        spans.append(tl.Span(COMM, kind, start, link_free, label, nbytes=nbytes, ready_s=ready))
+        spans.append(tl.Span(COMM, kind, start, link_free, label,
+                             nbytes=nbytes, ready_s=ready))
         return start, link_free
 
     def compute(kind, start, seconds, label):
@@ -78,20 +82,25 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5, optimizer_s=0.0, na
         return start + seconds
 
     def gather(i, ready):
-        gathers[i] = on_link("allgather", ready, layers[i].nbytes, f"gather {layers[i].name}", ring_all_gather_time)
+        gathers[i] = on_link("allgather", ready, layers[i].nbytes,
+                             f"gather {layers[i].name}",
+                             ring_all_gather_time)
 
-    # Forward: gather, compute, free. With prefetch, layer i+1's gather is issued when layer i starts
-    # computing (its own gather done, layer i-1 freed): at most two layers whole.
-    t, gathers = 0.0, {}  # gathers: layer -> (start, end) of its all-gather in this pass
+    # Forward: gather, compute, free. With prefetch, layer i+1's gather is
+    # issued when layer i starts computing (its own gather done, layer i-1
+    # freed): at most two layers whole.
+    t, gathers = 0.0, {}  # layer -> (start, end) of its gather in this pass
     for i, layer in enumerate(layers):
         if i not in gathers:
             gather(i, t)
         begin = max(t, gathers[i][1])
         if prefetch and i + 1 < len(layers):
             gather(i + 1, begin)
-        t = compute("forward", begin, layer.backward_s * forward_ratio, layer.name)
+        t = compute("forward", begin, layer.backward_s * forward_ratio,
+                    layer.name)
         whole.append((gathers[i][0], t, layer.nbytes))
-    # Backward, last layer first: gather again, compute, reduce-scatter the gradient.
+    # Backward, last layer first: gather again, compute, reduce-scatter the
+    # gradient.
     gathers, last_reduce = {}, t
     for i in reversed(range(len(layers))):
         if i not in gathers:
@@ -101,7 +110,8 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5, optimizer_s=0.0, na
             gather(i - 1, begin)
         t = compute("backward", begin, layers[i].backward_s, layers[i].name)
         whole.append((gathers[i][0], t, layers[i].nbytes))
-        _, last_reduce = on_link("reducescatter", t, layers[i].nbytes, f"reduce-scatter {layers[i].name}",
+        _, last_reduce = on_link("reducescatter", t, layers[i].nbytes,
+                                 f"reduce-scatter {layers[i].name}",
                                  ring_reduce_scatter_time)
     if optimizer_s > 0:
         compute("optimizer", max(t, last_reduce), optimizer_s, "optimizer")

@@ -31,31 +31,39 @@ from mylib import comm
 
 
 class FlatParams:
-    """A layout: tensors back to back in one flat buffer, cut into ``world_size`` equal shards.
+    """A layout: tensors back to back in a flat buffer, cut in equal shards.
 
-    The buffer is padded at the end to a multiple of ``world_size`` elements,
-    so that a reduce-scatter and an all-gather see equal shards. Rank r owns
-    elements ``[r * shard_numel, (r + 1) * shard_numel)``.
+    There are ``world_size`` shards, one per rank. The buffer is padded at
+    the end to a multiple of ``world_size`` elements, so that a
+    reduce-scatter and an all-gather see equal shards. Rank r owns elements
+    ``[r * shard_numel, (r + 1) * shard_numel)``.
     """
 
     def __init__(self, params, world_size, rank):
         self.params = list(params)
         self.numels = [p.numel() for p in self.params]
-        self.offsets = [sum(self.numels[:i]) for i in range(len(self.params))]
-        self.shard_numel = -(-sum(self.numels) // world_size)  # ceil division
+        self.offsets = [sum(self.numels[:i])
+                        for i in range(len(self.params))]
+        # ceil division
+        self.shard_numel = -(-sum(self.numels) // world_size)
         self.numel = self.shard_numel * world_size
         self.shard_start = rank * self.shard_numel
         self.shard_end = self.shard_start + self.shard_numel
 
     def pieces(self):
-        """``(i, start, end)`` in flat coordinates for each parameter i that overlaps this rank's shard."""
+        """``(i, start, end)``, in flat coordinates, for each parameter i
+        that overlaps this rank's shard."""
         for i, (offset, numel) in enumerate(zip(self.offsets, self.numels)):
-            start, end = max(offset, self.shard_start), min(offset + numel, self.shard_end)
+            start = max(offset, self.shard_start)
+            end = min(offset + numel, self.shard_end)
             if start < end:
                 yield i, start, end
 
     def flatten(self, tensors):
-        """One padded flat tensor holding ``tensors`` (None counts as zeros) in this layout."""
+        """One padded flat tensor holding ``tensors`` in this layout.
+
+        A None among ``tensors`` counts as zeros.
+        """
         like = self.params[0]
         flat = torch.zeros(self.numel, dtype=like.dtype, device=like.device)
         for t, offset, numel in zip(tensors, self.offsets, self.numels):
@@ -64,9 +72,9 @@ class FlatParams:
         return flat
 
     def bind_params(self):
-        """Move the parameters into one flat buffer: afterwards each ``p.data`` is a view of it.
+        """Move the parameters into one flat buffer, each ``p.data`` a view.
 
-        Then an all-gather into the buffer updates every parameter with no copy.
+        Then an all-gather into the buffer updates every parameter, no copy.
         """
         with torch.no_grad():
             self.flat = self.flatten([p.detach() for p in self.params])
@@ -105,38 +113,54 @@ class ShardedOptimizer(torch.optim.Optimizer):
     require a gradient are never sharded nor updated.
     """
 
-    def __init__(self, params, optimizer_class, process_group=None, average_gradients=False, **defaults):
-        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
-            raise TypeError(f"optimizer_class must be a torch.optim.Optimizer subclass such as torch.optim.AdamW "
-                            f"(the class, not an instance), got {optimizer_class!r}")
+    def __init__(self, params, optimizer_class, process_group=None,
+                 average_gradients=False, **defaults):
+        if not (isinstance(optimizer_class, type)
+                and issubclass(optimizer_class, torch.optim.Optimizer)):
+            raise TypeError(f"optimizer_class must be a "
+                            f"torch.optim.Optimizer subclass such as "
+                            f"torch.optim.AdamW (the class, not an "
+                            f"instance), got {optimizer_class!r}")
         if not dist.is_initialized():
-            raise RuntimeError("ShardedOptimizer needs a process group: call dist.init_process_group first "
-                               "(mylib.run_ranks and torchrun do it for you)")
+            raise RuntimeError("ShardedOptimizer needs a process group: "
+                               "call dist.init_process_group first "
+                               "(mylib.run_ranks and torchrun do it for "
+                               "you)")
         super().__init__(params, defaults)
         self.optimizer_class = optimizer_class
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.rank = dist.get_rank(process_group)
         self.average_gradients = average_gradients
-        group_of = {p: g for g, group in enumerate(self.param_groups) for p in group["params"]}
-        trainable = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
-        self.buckets = [FlatParams(ps, self.world_size, self.rank) for ps in self._bucket_params(trainable)]
-        # Pieces: this rank's share of each parameter, a 1-D view of the parameter's own storage.
+        group_of = {p: g for g, group in enumerate(self.param_groups)
+                    for p in group["params"]}
+        trainable = [p for group in self.param_groups
+                     for p in group["params"] if p.requires_grad]
+        self.buckets = [FlatParams(ps, self.world_size, self.rank)
+                        for ps in self._bucket_params(trainable)]
+        # Pieces: this rank's share of each parameter, a 1-D view of the
+        # parameter's own storage.
         self.pieces = []
-        inner_groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": []}
-                        for group in self.param_groups]
+        inner_groups = [{**{k: v for k, v in g.items() if k != "params"},
+                         "params": []}
+                        for g in self.param_groups]
         for bucket in self.buckets:
             bucket.bind_params()
             for i, start, end in bucket.pieces():
-                piece = Piece(bucket.flat.detach()[start:end], bucket.params[i], bucket, i,
-                              start - bucket.shard_start, end - bucket.shard_start)
-                inner_groups[group_of[piece.param]]["params"].append(piece.tensor)
+                piece = Piece(bucket.flat.detach()[start:end],
+                              bucket.params[i], bucket, i,
+                              start - bucket.shard_start,
+                              end - bucket.shard_start)
+                inner_groups[group_of[piece.param]]["params"].append(
+                    piece.tensor)
                 self.pieces.append(piece)
-        for group in inner_groups:  # a rank whose shard misses a whole group still steps it (on nothing)
+        # A rank whose shard misses a whole group still steps it (empty).
+        for group in inner_groups:
             if not group["params"]:
                 group["params"].append(torch.zeros(0))
         self.optim = optimizer_class(inner_groups, **defaults)
-        for outer, inner in zip(self.param_groups, self.optim.param_groups):  # betas, eps, ...: as unsharded
+        # betas, eps, ...: visible on the outer groups, as when unsharded
+        for outer, inner in zip(self.param_groups, self.optim.param_groups):
             for key, value in inner.items():
                 outer.setdefault(key, value)
         self._consolidated = None
@@ -150,31 +174,39 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """Update this rank's shard with the wrapped optimizer, then all-gather the parameters."""
+        """Update this rank's shard, then all-gather the parameters."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        # An LR scheduler edits the outer groups: pass its values on.
         for outer, inner in zip(self.param_groups, self.optim.param_groups):
-            inner.update({k: v for k, v in outer.items() if k != "params"})  # an LR scheduler edits `outer`
+            inner.update({k: v for k, v in outer.items() if k != "params"})
         self._shard_gradients()
         self.optim.step()
         for bucket in self.buckets:
             shard = bucket.flat[bucket.shard_start:bucket.shard_end].clone()
-            comm.all_gather_into_tensor(bucket.flat, shard, group=self.process_group)
+            comm.all_gather_into_tensor(bucket.flat, shard,
+                                        group=self.process_group)
         return loss
 
     def _shard_gradients(self):
-        """Give each piece its gradient: this rank's shard of the averaged gradient."""
-        if not self.average_gradients:  # already averaged: a piece's gradient is a view of its parameter's
+        """Give each piece its share of the averaged gradient."""
+        if not self.average_gradients:
+            # Already averaged: a piece's gradient is a view of the
+            # parameter's.
             for piece in self.pieces:
                 grad = piece.param.grad
-                piece.tensor.grad = None if grad is None else grad.reshape(-1)[piece.in_param]
+                piece.tensor.grad = (None if grad is None
+                                     else grad.reshape(-1)[piece.in_param])
             return
         for bucket in self.buckets:
             flat_grad = bucket.flatten([p.grad for p in bucket.params])
-            bucket.grad_shard = torch.empty(bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device)
-            comm.reduce_scatter_tensor(bucket.grad_shard, flat_grad, group=self.process_group)
+            bucket.grad_shard = torch.empty(bucket.shard_numel,
+                                            dtype=flat_grad.dtype,
+                                            device=flat_grad.device)
+            comm.reduce_scatter_tensor(bucket.grad_shard, flat_grad,
+                                       group=self.process_group)
             bucket.grad_shard /= self.world_size
         self._attach_grad_shards()
 

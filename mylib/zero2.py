@@ -60,32 +60,41 @@ class ShardedGradOptimizer(ShardedOptimizer):
         self._callback_queued = False
 
     def _on_grad_ready(self, param):
-        """Post-accumulate-grad hook: ``param.grad`` is final for this backward."""
-        if not self._callback_queued:  # the first gradient of a backward: flush what is left at its end
-            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+        """Post-accumulate-grad hook: ``param.grad`` is now final."""
+        if not self._callback_queued:
+            # The first gradient of a backward: at its end, flush the rest.
+            engine = torch.autograd.Variable._execution_engine
+            engine.queue_callback(self._finish_backward)
             self._callback_queued = True
             self.reduce_scatters_in_backward = 0
         b = self._bucket_of[param]
         self._ready[b].add(param)
         while (self._next_to_launch < len(self.buckets)
-               and len(self._ready[self._next_to_launch]) == len(self.buckets[self._next_to_launch].params)):
+               and len(self._ready[self._next_to_launch])
+               == len(self.buckets[self._next_to_launch].params)):
             self._launch(self._next_to_launch)
             self.reduce_scatters_in_backward += 1
 
     def _launch(self, b):
-        """Start the reduce-scatter of bucket b and free its full gradients."""
+        """Start bucket b's reduce-scatter and free its full gradients."""
         bucket = self.buckets[b]
         with torch.no_grad():
             flat_grad = bucket.flatten([p.grad for p in bucket.params])
         for p in bucket.params:
-            p.grad = None  # the point of ZeRO-2: no full gradient outlives its bucket's launch
-        received = torch.empty(bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device)
-        work = comm.reduce_scatter_tensor(received, flat_grad, group=self.process_group, async_op=True)
+            # The point of ZeRO-2: no full gradient outlives its bucket's
+            # launch.
+            p.grad = None
+        received = torch.empty(bucket.shard_numel, dtype=flat_grad.dtype,
+                               device=flat_grad.device)
+        work = comm.reduce_scatter_tensor(received, flat_grad,
+                                          group=self.process_group,
+                                          async_op=True)
         self._in_flight.append((bucket, received, flat_grad, work))
         self._next_to_launch = b + 1
 
     def _finish_backward(self):
-        """End of backward: launch the buckets left (unused parameters), wait, keep the averaged shards."""
+        """End of backward: launch the buckets left (unused parameters),
+        wait, keep the averaged shards."""
         while self._next_to_launch < len(self.buckets):
             self._launch(self._next_to_launch)
         with torch.no_grad():
@@ -94,7 +103,7 @@ class ShardedGradOptimizer(ShardedOptimizer):
                 received /= self.world_size
                 if getattr(bucket, "grad_shard", None) is None:
                     bucket.grad_shard = received
-                else:  # gradient accumulation: several backwards before a step
+                else:  # gradient accumulation: backwards before one step
                     bucket.grad_shard += received
         self._attach_grad_shards()
         self._new_backward()

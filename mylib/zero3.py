@@ -61,20 +61,30 @@ class ShardedFlat:
         self.free()
 
     def gather(self, async_op=False):
-        """Allocate the full buffer and all-gather the shards into it. Returns the work if async."""
+        """Allocate the full buffer, all-gather the shards into it.
+
+        Returns the work if ``async_op``.
+        """
         self.full.untyped_storage().resize_(self.full_bytes)
-        # Write through .data: autograd must not count the refill as an in-place change of saved views.
-        return comm.all_gather_into_tensor(self.full.data, self.shard, group=self.process_group,
+        # Write through .data: autograd must not count the refill as an
+        # in-place change of the views it saved.
+        return comm.all_gather_into_tensor(self.full.data, self.shard,
+                                           group=self.process_group,
                                            async_op=async_op)
 
     def free(self):
-        """Give the full buffer's memory back; views of it stay valid and are refilled by the next gather."""
+        """Give the full buffer's memory back.
+
+        Views of it stay valid, and the next gather refills them.
+        """
         self.full.untyped_storage().resize_(0)
 
     def use_full(self):
-        """Point every module slot of every parameter at a view of the full buffer (autograd tracks them)."""
+        """Point every module slot of every parameter at a view of the full
+        buffer (autograd tracks them)."""
         padding = self.layout.numel - sum(self.layout.numels)
-        # One split: its backward assembles the whole flat gradient in a single concatenation.
+        # One split: its backward assembles the whole flat gradient in a
+        # single concatenation.
         views = self.full.split(self.layout.numels + [padding])
         for view, shape, places in zip(views, self.shapes, self.places):
             for module, name in places:
@@ -214,7 +224,8 @@ class ShardedModel(nn.Module):
         if torch.is_grad_enabled():
             for t in _tensors(output):
                 if t.requires_grad:
-                    t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
+                    t.register_hook(
+                        lambda grad, unit=unit: self._pre_backward(unit))
         return output
 
     # -- backward -----------------------------------------------------------------------------------------
@@ -223,20 +234,26 @@ class ShardedModel(nn.Module):
         if not self._backward_running:  # the first unit of this backward
             self._backward_running = True
             self._seen["backward"] = []
-            torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+            engine = torch.autograd.Variable._execution_engine
+            engine.queue_callback(self._finish_backward)
         if unit not in self._seen["backward"]:
             self._run(unit, "backward")
 
     def _post_backward(self, unit, flat):
-        """``flat``'s gradient is complete: reduce-scatter it, free the full gradient and, when done, the unit."""
+        """``flat``'s gradient is complete: reduce-scatter it, free the full
+        gradient and, when the unit is done, the unit."""
         self._wait_in_flight()
         received = torch.empty_like(flat.shard)
-        work = comm.reduce_scatter_tensor(received, flat.full.grad, group=self.process_group, async_op=True)
-        self._in_flight = (flat, received, flat.full.grad, work)  # keep the sent buffer alive until done
+        work = comm.reduce_scatter_tensor(received, flat.full.grad,
+                                          group=self.process_group,
+                                          async_op=True)
+        # Keep the buffer being sent alive until the reduction is done.
+        self._in_flight = (flat, received, flat.full.grad, work)
         flat.full.grad = None
         unit.reduced += 1
         if unit.reduced == sum(f.trainable for f in unit.flats):
-            # Frozen parameters may still be needed for the input's gradient: they wait for the end.
+            # Frozen parameters may still be needed for the input's
+            # gradient: they wait for the end.
             self._free(unit, [f for f in unit.flats if f.trainable])
             unit.gathered = any(not f.trainable for f in unit.flats)
 

@@ -155,12 +155,12 @@ def full_parameters(setup, model, wrapped):
 
 
 def train_rank(setup, config):
-    """Run on every rank: train ``config`` under ``setup``; report what the chapter checks.
+    """Run on every rank: train ``config`` under ``setup``, report on it.
 
     Returns a dict: ``params`` (all final parameters, whole), ``bytes_sent``
-    and ``bytes_by_op`` (of the last step), ``held`` (bytes held after the last
-    backward, from :func:`held_bytes`), ``psi``, and for ZeRO-3 the peak bytes
-    of full parameters gathered at once.
+    and ``bytes_by_op`` (of the last step), ``held`` (bytes held after the
+    last backward, from :func:`held_bytes`), ``psi``, and for ZeRO-3 the
+    peak bytes of full parameters gathered at once.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     model = make_model(config)
@@ -173,9 +173,11 @@ def train_rank(setup, config):
             held = held_bytes(model, opt)
             opt.step()
         opt.zero_grad()
-    return {"params": full_parameters(setup, model, wrapped), "bytes_sent": stats.bytes_sent,
+    return {"params": full_parameters(setup, model, wrapped),
+            "bytes_sent": stats.bytes_sent,
             "bytes_by_op": dict(stats.by_op), "held": held, "psi": psi,
-            "peak_gathered_bytes": getattr(wrapped, "peak_gathered_bytes", None)}
+            "peak_gathered_bytes": getattr(wrapped, "peak_gathered_bytes",
+                                           None)}
 
 
 def train_setups(setups, config):
@@ -191,12 +193,13 @@ def max_diff(a, b):
 
 
 def held_bytes(model, optimizer):
-    """Bytes of parameters, gradients and optimizer state this rank holds now, counted from the tensors.
+    """Bytes of parameters, gradients and optimizer state this rank holds.
 
-    Each storage is counted once, however many views of it there are (a
-    ZeRO-1 parameter is a view of a flat buffer; a ZeRO-3 parameter is a view
-    of its shard). For a sharded optimizer the gradients include the
-    gradient shards its wrapped optimizer sees.
+    Counted from the tensors, now. Each storage is counted once, however
+    many views of it there are (a ZeRO-1 parameter is a view of a flat
+    buffer; a ZeRO-3 parameter is a view of its shard). For a sharded
+    optimizer the gradients include the gradient shards its wrapped
+    optimizer sees.
     """
     seen = set()
 
@@ -205,7 +208,8 @@ def held_bytes(model, optimizer):
         for t in tensors:
             if t is None or isinstance(t, float) or not torch.is_tensor(t):
                 continue
-            t = t.to_local() if hasattr(t, "to_local") else t  # FSDP2's DTensor: this rank's shard
+            if hasattr(t, "to_local"):  # FSDP2's DTensor: this rank's shard
+                t = t.to_local()
             storage = t.untyped_storage()
             if storage.nbytes() and storage.data_ptr() not in seen:
                 seen.add(storage.data_ptr())
@@ -214,6 +218,8 @@ def held_bytes(model, optimizer):
 
     inner = getattr(optimizer, "optim", optimizer)
     params = list(model.parameters())
+    pieces = [p for group in inner.param_groups for p in group["params"]]
     return {"params": size(params),
-            "grads": size([p.grad for p in params] + [p.grad for g in inner.param_groups for p in g["params"]]),
-            "optimizer": size(t for state in inner.state.values() for t in state.values())}
+            "grads": size([p.grad for p in params + pieces]),
+            "optimizer": size(t for state in inner.state.values()
+                              for t in state.values())}
