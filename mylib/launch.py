@@ -283,7 +283,9 @@ def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, l
             fn, args, kwargs = cloudpickle.loads(pickled)
             if backend == "nccl":
                 torch.cuda.set_device(rank)
-            timeout = datetime.timedelta(seconds=timeout_s)
+            # gloo's own timeout comes later than the caller's, so that a hang ends in
+            # RankTimeout with every rank's stack rather than in one rank's gloo error.
+            timeout = datetime.timedelta(seconds=timeout_s + 60)
             store = dist.TCPStore(HOST, port, world_size + 1, is_master=False, timeout=timeout)
             dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
             # gloo connects the mesh lazily on some ranks: without this barrier a
