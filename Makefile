@@ -54,7 +54,7 @@ test-practice: $(STAMP)
 # nbval re-executes every notebook and compares with its stored outputs, so
 # the site (built from stored outputs) is proven current without a 2nd run.
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q --nbval notebooks --sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=10
+	$(BIN)/python -m pytest -q --nbval notebooks --nbval-sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=10
 
 test-book: $(STAMP) $(VENDOR)
 	rm -rf _build/html
