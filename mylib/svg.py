@@ -160,6 +160,17 @@ def format_seconds(seconds, digits=3):
     raise AssertionError("unreachable")
 
 
+def time_axis(fig, x_of, t_max, top, grid_bottom, label_y):
+    """Vertical grid lines from ``top`` to ``grid_bottom`` at round times, labelled at ``label_y``.
+
+    The time axis every timeline drawing shares; ``x_of`` maps seconds to x.
+    """
+    for tick in ticks(0, t_max):
+        fig.line(x_of(tick), top, x_of(tick), grid_bottom, stroke=PALETTE["grid"])
+        fig.text(x_of(tick), label_y, format_seconds(tick, digits=2) if tick else "0", anchor="middle", size=10,
+                 fill=PALETTE["muted"])
+
+
 def format_bytes(nbytes, digits=3):
     """A size in binary units: ``512 B``, ``16.0 KB``, ``25.0 MB``, ``1.50 GB`` (1 MB = 2**20 bytes)."""
     value = float(nbytes)

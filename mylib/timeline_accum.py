@@ -21,7 +21,7 @@ browser (Pyodide).
 
 from mylib import timeline as tl
 from mylib.buckets import MB
-from mylib.svg import PALETTE, Svg, format_bytes, format_seconds, ticks
+from mylib.svg import PALETTE, Svg, format_bytes, format_seconds, time_axis
 
 
 class AccumulationTimeline:
@@ -173,10 +173,7 @@ def draw_accumulation(timelines, *, width=900, title=None):
     def x_of(t):
         return LEFT + plot_w * t / t_max
 
-    for tick in ticks(0, t_max):
-        fig.line(x_of(tick), top, x_of(tick), height - 36, stroke=PALETTE["grid"])
-        fig.text(x_of(tick), height - 22, format_seconds(tick, digits=2) if tick else "0", anchor="middle", size=10,
-                 fill=PALETTE["muted"])
+    time_axis(fig, x_of, t_max, top, height - 36, height - 22)
     fig.text(LEFT + plot_w / 2, height - 8, "time since the optimizer step began (dashed: a micro-step starts; "
              "red: communication the compute waits for)", anchor="middle", size=10, fill=PALETTE["muted"])
     for k, timeline in enumerate(timelines):

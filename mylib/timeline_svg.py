@@ -14,7 +14,7 @@ under Pyodide).
 
 from mylib import timeline as tl
 from mylib.buckets import MB
-from mylib.svg import PALETTE, Svg, format_seconds, ticks
+from mylib.svg import PALETTE, Svg, format_seconds, time_axis
 
 LANE_H, LANE_GAP, TITLE_H, BLOCK_GAP = 16, 4, 18, 14
 LEFT, PANEL_W, AXIS_H = 70, 160, 52
@@ -147,10 +147,7 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
     def x_of(t):
         return LEFT + plot_w * t / t_max
 
-    for tick in ticks(0, t_max):
-        fig.line(x_of(tick), top, x_of(tick), height - AXIS_H + 4, stroke=PALETTE["grid"])
-        fig.text(x_of(tick), height - AXIS_H + 17, format_seconds(tick, digits=2) if tick else "0",
-                 anchor="middle", size=10, fill=PALETTE["muted"])
+    time_axis(fig, x_of, t_max, top, height - AXIS_H + 4, height - AXIS_H + 17)
     fig.text(LEFT + plot_w / 2, height - AXIS_H + 30, "time since the step began", anchor="middle", size=10,
              fill=PALETTE["muted"])
     _legend(fig, LEFT, height - 8)

@@ -10,7 +10,7 @@ parameter bytes whole at once. Each number also sits in the SVG as
 """
 
 from mylib import timeline as tl
-from mylib.svg import PALETTE, Svg, format_seconds, ticks
+from mylib.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.timeline_zero3 import zero3_step
 
 LANE_H, LANE_GAP, ROW_H, LEFT, PANEL_W = 16, 4, 62, 78, 214
@@ -68,10 +68,7 @@ def zero3_timeline_figure(n_layers=12, params_per_layer_m=100, bandwidth_gb_s=50
     def x_of(t):
         return LEFT + plot_w * t / t_max
 
-    for tick in ticks(0, t_max):
-        fig.line(x_of(tick), top, x_of(tick), height - 52, stroke=PALETTE["grid"])
-        fig.text(x_of(tick), height - 40, format_seconds(tick, digits=2) if tick else "0", anchor="middle", size=10,
-                 fill=PALETTE["muted"])
+    time_axis(fig, x_of, t_max, top, height - 52, height - 40)
     for k, row in enumerate(rows):
         y = top + k * ROW_H
         fig.text(LEFT, y + 12, row.name, size=12, weight="bold")
