@@ -122,14 +122,26 @@ def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout
     return [result for result, _ in outputs]
 
 
+# What the fork server imports once, so that no rank has to. torch.optim and
+# DDP import torch._dynamo on first use: seconds per rank on a busy machine.
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "cloudpickle", __name__]
+
+
+def preload_in_ranks(*module_names):
+    """Have the fork server import ``module_names`` once, before it forks any rank.
+
+    Only takes effect if called before the first launch of this process (the
+    fork server starts then and keeps what it imported).
+    """
+    _PRELOAD.extend(name for name in module_names if name not in _PRELOAD)
+
+
 def _context():
     # A fork server imports torch once; every launch then forks from it in a
     # fraction of a second, instead of re-importing torch in each rank.
     if "forkserver" in mp.get_all_start_methods():
         ctx = mp.get_context("forkserver")
-        # torch.optim and DDP import torch._dynamo on first use: seconds per rank
-        # on a busy machine, unless the fork server has imported it once.
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "cloudpickle", __name__])
+        ctx.set_forkserver_preload(list(_PRELOAD))
         return ctx
     return mp.get_context("spawn")
 

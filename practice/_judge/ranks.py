@@ -33,41 +33,16 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
     """
     import cloudpickle
     from mylib import run_ranks
+    from mylib.launch import preload_in_ranks
 
     module = sys.modules.get(getattr(worker, "__module__", None) or "")
-    _preload_in_ranks(getattr(module, "RANK_PRELOAD", ()))
+    preload_in_ranks(*getattr(module, "RANK_PRELOAD", ()))
     if module is not None and worker.__module__ != "__main__":
         with contextlib.suppress(ValueError):
             cloudpickle.register_pickle_by_value(module)  # checks.py is not importable by name in a rank
     args = tuple(_by_path(a) for a in args)
     timeout_s = RANK_TIMEOUT_S if timeout_s is None else min(timeout_s, RANK_TIMEOUT_S)
     return run_ranks(_call_resolved, world_size, args=(worker,) + args, timeout_s=timeout_s, show_output=True)
-
-
-def _preload_in_ranks(names):
-    """Have the launcher's fork server import ``names`` once, so each rank does not.
-
-    ``run_ranks`` forks every rank from a fork server that has imported torch;
-    torch.optim and DDP then import torch._dynamo, seconds per rank on a busy
-    machine unless the fork server imported it already. (Forking the grading
-    process itself would be faster still, but then gloo's rendezvous hung in
-    about one launch of 80 here.)
-    """
-    if not names:
-        return
-    import mylib.launch as launch
-    original = getattr(launch, "_context", None)
-    if original is None or getattr(original, "preloads", None) == tuple(names):
-        return
-
-    def context():
-        ctx = original()
-        if ctx.get_start_method() == "forkserver":
-            ctx.set_forkserver_preload(["torch", "torch.distributed", "cloudpickle", launch.__name__, *names])
-        return ctx
-
-    context.preloads = tuple(names)
-    launch._context = context
 
 
 def _call_resolved(worker, *args):
