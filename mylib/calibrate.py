@@ -6,8 +6,9 @@ step per bucket cap, so that a model and the steps it predicts are measured
 within the same second (on a shared machine the speed drifts between rounds):
 
 1. each layer's backward alone, with no communication (:func:`mylib.tracer.time_layers`);
-2. all-reduces of several sizes, and alpha and beta fitted to them
-   (:func:`mylib.commbench.time_all_reduce`, :func:`mylib.costmodel.fit_alpha_beta`);
+2. all-reduces of the sizes the buckets can have, from 4 KB to the whole
+   model, and alpha and beta fitted to them (:func:`link_sizes_for`,
+   :func:`mylib.commbench.time_all_reduce`, :func:`mylib.costmodel.alpha_beta_from_ends`);
 3. how much compute and communication slow each other down when they run
    together (:func:`measure_contention`);
 4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its
@@ -29,12 +30,11 @@ from torch import nn
 from mylib import timeline as tl
 from mylib.buckets import MB
 from mylib.commbench import time_all_reduce
-from mylib.costmodel import fit_alpha_beta
+from mylib.costmodel import alpha_beta_from_ends
 from mylib.ddp import MyDDP
 from mylib.tracer import Tracer, time_layers
 
 ALL_AT_END = "all at end"  # a cap meaning: one bucket, launched when the backward is over
-LINK_SIZES = [2 ** k for k in range(12, 26, 2)]  # 4 KB to 16 MB
 
 
 def mlp(n_layers=8, width=1024, seed=0):
@@ -53,13 +53,16 @@ def _ddp_for(model, cap):
 def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
     """On every rank: how much a backward and all-reduces slow each other down when they run together.
 
-    Runs the backward alone (``C`` seconds), all-reduces of ``nbytes`` alone,
-    and then both at once: ``k`` all-reduces (``M`` seconds alone, ``M`` close
-    to ``C``) launched just before the backward. With the model's rules
-    (compute runs ``compute_stretch`` times slower while communication runs,
-    communication ``comm_stretch`` times slower while compute runs), the two
-    end times ``Tc`` and ``Tm`` give both factors: the one that finished first
-    was stretched for its whole run, the other for part of it. Returns
+    Runs the backward alone (``C`` seconds), ``k`` all-reduces of ``nbytes``
+    queued back to back alone (``M`` seconds, ``k`` chosen so that ``M`` is
+    close to ``C``), and then both at once: the same ``k`` all-reduces
+    launched just before the backward. (``M`` is timed queued, as they run
+    together, not taken as ``k`` times one all-reduce timed alone, which
+    counts a barrier per call.) With the model's rules (compute runs
+    ``compute_stretch`` times slower while communication runs, communication
+    ``comm_stretch`` times slower while compute runs), the two end times
+    ``Tc`` and ``Tm`` give both factors: the one that finished first was
+    stretched for its whole run, the other for part of it. Returns
     ``(comm_stretch, compute_stretch)``, medians over ``repeats``, at least 1.
     """
     params = [p for p in parameters if p.requires_grad]
@@ -79,7 +82,15 @@ def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
     k = torch.tensor([max(1, round(compute_s / one))])
     dist.all_reduce(k, op=dist.ReduceOp.MAX)
     k = int(k.item())
-    comm_s = k * one
+
+    def all_reduces_alone():  # the same k all-reduces, queued back to back as below, with no compute
+        dist.barrier()
+        start = time.perf_counter()
+        for work in [dist.all_reduce(tensor, async_op=True) for _ in range(k)]:
+            work.wait()
+        return time.perf_counter() - start
+
+    comm_s = statistics.median(all_reduces_alone() for _ in range(repeats))
     comm_factors, compute_factors = [], []
     for _ in range(repeats):
         loss = loss_fn()
@@ -105,23 +116,68 @@ def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
     return statistics.median(comm_factors), statistics.median(compute_factors)
 
 
-def calibration_round(model, forward, link_sizes=LINK_SIZES):
+def slowest_rank_layers(model, forward, repeats=5):
+    """Each layer's backward time on the rank that holds the step up, on every rank.
+
+    A step waits for the slowest rank, and which rank is slowest changes from
+    one step to the next. So the ranks run ``repeats`` backwards side by side
+    (lined up at a barrier), each run keeps the layers of the rank whose
+    backward took longest, and each layer's time is its median over those:
+    a typical step's slowest rank.
+    """
+    def lined_up_forward():
+        dist.barrier()
+        return forward()
+
+    runs = time_layers(model, lined_up_forward, repeats=repeats, warmup=0, statistic="runs")
+    every_rank = [None] * dist.get_world_size()
+    dist.all_gather_object(every_rank, runs)
+    slowest = [max((rank_runs[i] for rank_runs in every_rank), key=lambda run: sum(l.backward_s for l in run))
+               for i in range(repeats)]
+    return [tl.Layer(layer.name, statistics.median(run[k].backward_s for run in slowest), layer.param_bytes)
+            for k, layer in enumerate(slowest[0])]
+
+
+def link_sizes_for(model):
+    """All-reduce sizes to calibrate the link on: powers of two from 4 KB to the model's gradient bytes.
+
+    A bucket holds anything from one bias to the whole model, so the link is
+    measured over that whole range, and no further: on a CPU the time per
+    byte changes with size (small buffers stay in cache), and a line fitted
+    to sizes the step never sends would be wrong where the step spends its
+    time.
+    """
+    total = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return [2 ** k for k in range(12, max(14, total.bit_length()))]  # at least two sizes, to fit two constants
+
+
+def _average(tensor):
+    """What MyDDP's default hook does to a bucket: divide by the world size, then all-reduce."""
+    tensor.div_(dist.get_world_size())
+    dist.all_reduce(tensor)
+
+
+def calibration_round(model, forward, link_sizes=None):
     """The model's inputs, measured now on every rank: layers, alpha and beta, contention.
 
     Every quantity is the median of a few runs: a typical run, as the traced
     steps are (on an idle machine it is also the fastest). A step waits for
     the slowest rank, so the layers are those of the rank whose backward took
-    longest. The rest are rank 0's values.
+    longest (:func:`slowest_rank_layers`). The link is timed as MyDDP uses
+    it (divide, then all-reduce) on ``link_sizes`` (default
+    :func:`link_sizes_for`); alpha is read off the smallest sizes and beta
+    off the largest (:func:`mylib.costmodel.alpha_beta_from_ends`), because
+    on a CPU no one line fits them all and the step's time goes to the big
+    buckets. The rest are rank 0's values.
     """
-    layers = time_layers(model, forward, repeats=3, warmup=0, statistic="median")
-    every_rank = [None] * dist.get_world_size()
-    dist.all_gather_object(every_rank, layers)
-    layers = max(every_rank, key=lambda ls: sum(layer.backward_s for layer in ls))
-    seconds = time_all_reduce(link_sizes, repeats=3, warmup=0, statistic="median")
-    fit = fit_alpha_beta(link_sizes, seconds, world_size=dist.get_world_size())
+    link_sizes = link_sizes_for(model) if link_sizes is None else link_sizes
+    layers = slowest_rank_layers(model, forward, repeats=5)
+    seconds = time_all_reduce(link_sizes, repeats=3, warmup=0, statistic="median", all_reduce=_average)
+    fit = alpha_beta_from_ends(link_sizes, seconds, world_size=dist.get_world_size())
     bucket_like = max(layer.nbytes for layer in layers) // 4 * 4
-    comm_stretch, compute_stretch = measure_contention(forward, model.parameters(), bucket_like, repeats=2)
+    comm_stretch, compute_stretch = measure_contention(forward, model.parameters(), bucket_like, repeats=3)
     return {"layers": layers, "alpha_s": fit.alpha, "bandwidth": fit.beta, "fit_error": fit.median_relative_error,
+            "link_sizes": list(link_sizes), "link_seconds": list(seconds),
             "comm_stretch": comm_stretch, "compute_stretch": compute_stretch, "world_size": dist.get_world_size()}
 
 
@@ -139,7 +195,7 @@ def traced_step(ddp, forward, tracer, name):
     return tracer.timeline(ddp.buckets, name=name)
 
 
-def trace_caps(model, batch, caps_mb, rounds=5, warmup=1, link_sizes=LINK_SIZES):
+def trace_caps(model, batch, caps_mb, rounds=5, warmup=1, link_sizes=None):
     """On every rank: ``rounds`` x (calibrate the model, trace one MyDDP step per cap). Rank 0's results.
 
     ``model`` is the same module on every rank and ``batch`` this rank's
@@ -195,6 +251,16 @@ def compare(result, contention=True):
     best_model = min(rows, key=lambda r: r["model_s"])["cap"]
     best_measured = min(rows, key=lambda r: r["measured_s"])["cap"]
     return rows, best_model, best_measured
+
+
+def cost_of_model_choice(rows, best_model, best_measured):
+    """How much longer the measured step is at the model's best cap than at the measured best (0: same cap).
+
+    When several caps are within noise of each other, the two best caps can
+    differ while the model's choice costs next to nothing: this says which.
+    """
+    measured = {row["cap"]: row["measured_s"] for row in rows}
+    return measured[best_model] / measured[best_measured] - 1
 
 
 def backward_spread(result):

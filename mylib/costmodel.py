@@ -24,6 +24,7 @@ beta needs torch and lives in :mod:`mylib.commbench`.
 """
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 
@@ -131,13 +132,7 @@ def fit_alpha_beta(nbytes, seconds, world_size=None):
         raise ValueError("need times for at least two different sizes to fit both alpha and beta")
     if any(t <= 0 for t in seconds):
         raise ValueError("every measured time must be positive")
-    if world_size is None:
-        lat_coef, bw_coef = 1.0, 1.0
-    else:
-        n = _check_world(world_size)
-        if n == 1:
-            raise ValueError("an all-reduce over one rank sends nothing: fit world_size >= 2, or None for messages")
-        lat_coef, bw_coef = 2.0 * (n - 1), 2.0 * (n - 1) / n
+    lat_coef, bw_coef = _coefficients(world_size)
     # Rows of the weighted problem: [lat_coef, bw_coef * b] / t . (alpha, inv_beta) ~ 1.
     rows = [(lat_coef / t, bw_coef * b / t) for b, t in zip(nbytes, seconds)]
     alpha, inv_beta = _least_squares_2(rows)
@@ -150,6 +145,49 @@ def fit_alpha_beta(nbytes, seconds, world_size=None):
     fit = AlphaBetaFit(alpha, beta, world_size, list(nbytes), list(seconds))
     fit.relative_errors = [abs(fit.predict(b) - t) / t for b, t in zip(nbytes, seconds)]
     return fit
+
+
+def alpha_beta_from_ends(nbytes, seconds, world_size=None, n_small=3):
+    """Read ``alpha`` off the smallest sizes and ``beta`` off the slope between the largest ones.
+
+    The textbook way to measure a link, and the right one when no straight
+    line fits every size. On a CPU the time per byte changes with the size
+    (a buffer that fits in cache moves faster), and a least-squares line
+    (:func:`fit_alpha_beta`) then splits the difference: its beta is too
+    high for the large messages, where a training step spends its time, and
+    its alpha off for the small ones. Here ``alpha`` comes from the median
+    time of the ``n_small`` smallest sizes (all latency), ``beta`` from how
+    much time each extra byte adds between the largest size and the largest
+    one at most a quarter of it.
+    """
+    if len(nbytes) != len(seconds):
+        raise ValueError(f"got {len(nbytes)} sizes and {len(seconds)} times; give one time per size")
+    if any(t <= 0 for t in seconds):
+        raise ValueError("every measured time must be positive")
+    points = sorted(zip(nbytes, seconds))
+    largest, t_largest = points[-1]
+    lower = [(b, t) for b, t in points if 4 * b <= largest]
+    if len(lower) < n_small:
+        raise ValueError(f"need {n_small} sizes at most a quarter of the largest ({largest} bytes) and the largest: "
+                         "measure sizes spanning several orders of magnitude")
+    lat_coef, bw_coef = _coefficients(world_size)
+    alpha = statistics.median(t for _, t in points[:n_small]) / lat_coef
+    b_low, t_low = lower[-1]
+    per_byte = (t_largest - t_low) / (largest - b_low)
+    beta = bw_coef / per_byte if per_byte > 0 else math.inf
+    fit = AlphaBetaFit(alpha, beta, world_size, list(nbytes), list(seconds))
+    fit.relative_errors = [abs(fit.predict(b) - t) / t for b, t in zip(nbytes, seconds)]
+    return fit
+
+
+def _coefficients(world_size):
+    """``(latency, bandwidth)`` coefficients of the model: 1 and 1 for a message, 2(n-1) and 2(n-1)/n for a ring."""
+    if world_size is None:
+        return 1.0, 1.0
+    n = _check_world(world_size)
+    if n == 1:
+        raise ValueError("an all-reduce over one rank sends nothing: fit world_size >= 2, or None for messages")
+    return 2.0 * (n - 1), 2.0 * (n - 1) / n
 
 
 def _least_squares_2(rows):

@@ -123,10 +123,11 @@ def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
     to its own (the first from the start of backward), which is exactly what
     the model's compute lane means. ``statistic="median"``: each layer's
     median over ``repeats`` runs; ``"min"``: the layers of the fastest run
-    (the one least disturbed by other programs on the machine).
+    (the one least disturbed by other programs on the machine); ``"runs"``:
+    every run's layers, a list per run.
     """
-    if statistic not in ("median", "min"):
-        raise ValueError(f"statistic must be 'median' or 'min', got {statistic!r}")
+    if statistic not in ("median", "min", "runs"):
+        raise ValueError(f"statistic must be 'median', 'min' or 'runs', got {statistic!r}")
     names = {p: n for n, p in module.named_parameters() if p.requires_grad}
     if not names:
         raise ValueError("the module has no parameter that requires grad")
@@ -152,6 +153,8 @@ def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
     if len(shapes) != 1:
         raise RuntimeError("the gradients arrived in a different order in different runs; time_layers needs a "
                            "model whose backward order does not change")
+    if statistic == "runs":
+        return [[tl.Layer(*layer) for layer in run] for run in layers_of_run]
     if statistic == "min":
         fastest = min(layers_of_run, key=lambda run: sum(seconds for _, seconds, _ in run))
         return [tl.Layer(name, seconds, param_bytes) for name, seconds, param_bytes in fastest]

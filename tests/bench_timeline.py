@@ -18,7 +18,7 @@ which says how far the figures can be trusted.
 import statistics
 
 from mylib import run_ranks
-from mylib.calibrate import ALL_AT_END, backward_spread, cap_label, compare, experiment
+from mylib.calibrate import ALL_AT_END, backward_spread, cap_label, compare, cost_of_model_choice, experiment
 
 CAPS = [0, 1, 5, 25, ALL_AT_END]
 TARGET = 0.15
@@ -39,13 +39,16 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=64):
     low, mid, high = backward_spread(result)
     worst = max(abs(row["error"]) for row in rows)
     within = sum(abs(row["error"]) <= TARGET for row in rows)
+    choice_cost = cost_of_model_choice(rows, best_model, best_measured)
     return {
         "title": "The timeline model against measured MyDDP steps",
         "summary": (f"2 gloo ranks, {n_layers} x Linear({width}, {width}) (batch {batch_size} per rank), {rounds} "
                     f"rounds of calibrate-then-trace. Model within {TARGET:.0%} of the measurement at {within} of "
                     f"{len(rows)} caps (worst error {worst:.0%}); best cap: model {cap_label(best_model)}, measured "
-                    f"{cap_label(best_measured)} ({'same' if best_model == best_measured else 'different'})."),
+                    f"{cap_label(best_measured)} ({'same' if best_model == best_measured else 'different'}); the "
+                    f"measured step at the model's best cap is {choice_cost:.1%} longer than at the measured best."),
         "model picks the measured best cap": best_model == best_measured,
+        "measured step at the model's best cap / at the measured best": 1 + choice_cost,
         "backward time over rounds (ms, min / median / max)": f"{low * 1e3:.0f} / {mid * 1e3:.0f} / {high * 1e3:.0f}",
         "alpha (us, median of rounds)": statistics.median(c["alpha_s"] for c in calibrations) * 1e6,
         "beta (GB/s, median of rounds)": statistics.median(c["bandwidth"] for c in calibrations) / 1e9,

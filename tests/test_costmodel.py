@@ -15,6 +15,7 @@ from mylib.costfig import allreduce_cost_figure
 from mylib.costmodel import (
     bus_bandwidth,
     crossover_bytes,
+    alpha_beta_from_ends,
     fit_alpha_beta,
     message_time,
     ring_all_gather_time,
@@ -118,6 +119,41 @@ def test_fit_error_stays_within_the_noise(seed, noise):
     assert 0.5 * alpha < fit.alpha < 2 * alpha and 0.5 * beta < fit.beta < 2 * beta
     errors = sorted(fit.relative_errors)
     assert fit.median_relative_error == (errors[11] + errors[12]) / 2
+
+
+@settings(max_examples=40)
+@given(alpha=alphas, beta=st.floats(1e7, 1e11), n=st.one_of(st.none(), st.integers(2, 8)))
+def test_ends_recover_the_constants_of_exact_model_data(alpha, beta, n):
+    times = [message_time(b, alpha, beta) if n is None else ring_all_reduce_time(b, n, alpha, beta) for b in SIZES]
+    fit = alpha_beta_from_ends(SIZES, times, world_size=n)
+    lat_coef, bw_coef = (1, 1) if n is None else (2 * (n - 1), 2 * (n - 1) / n)
+    # alpha is the median time of the three smallest sizes, the second-smallest's, its few bytes included.
+    assert math.isclose(fit.alpha, alpha + bw_coef * SIZES[1] / beta / lat_coef, rel_tol=1e-9)
+    assert math.isclose(fit.beta, beta, rel_tol=1e-6)
+
+
+def test_ends_get_the_large_sizes_right_when_no_line_fits():
+    # Twice as fast per byte below 1 MB (in cache) as above: no straight line fits both. The least-squares
+    # fit splits the difference; the ends get the per-byte cost of the large sizes and the small ones' latency.
+    times = [20e-6 + b / (2e9 if b < 2 ** 20 else 1e9) for b in SIZES]
+    line = fit_alpha_beta(SIZES, times)
+    ends = alpha_beta_from_ends(SIZES, times)
+    assert math.isclose(ends.beta, 1e9, rel_tol=1e-9)
+    assert abs(ends.predict(SIZES[-1]) / times[-1] - 1) < 0.01 < abs(line.predict(SIZES[-1]) / times[-1] - 1)
+    assert math.isclose(ends.alpha, times[1], rel_tol=1e-9)
+
+
+def test_ends_reject_data_they_cannot_use():
+    with pytest.raises(ValueError, match="one time per size"):
+        alpha_beta_from_ends([1, 2], [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        alpha_beta_from_ends([1, 2], [1.0, 0.0])
+    with pytest.raises(ValueError, match="a quarter of the largest"):
+        alpha_beta_from_ends([1024, 2048, 4096], [1e-4, 2e-4, 3e-4])
+    with pytest.raises(ValueError, match="one rank sends nothing"):
+        alpha_beta_from_ends(SIZES, [1e-3] * len(SIZES), world_size=1)
+    flat = alpha_beta_from_ends(SIZES, [1e-3] * len(SIZES))  # no time per byte: infinite bandwidth
+    assert flat.beta == math.inf and math.isclose(flat.alpha, 1e-3)
 
 
 def test_fit_never_returns_a_negative_latency():

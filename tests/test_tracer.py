@@ -70,9 +70,21 @@ def test_time_layers_on_a_real_backward():
         assert [layer.name for layer in layers] == ["2", "0"]  # backward order
         assert [layer.param_bytes for layer in layers] == [(16 * 4, 16 * 64 * 4), (64 * 4, 64 * 32 * 4)]
         assert all(layer.backward_s >= 0 for layer in layers)
+    runs = time_layers(model, lambda: nn.functional.mse_loss(model(x), y), repeats=3, warmup=1, statistic="runs")
+    assert len(runs) == 3 and all([layer.name for layer in run] == ["2", "0"] for run in runs)
     assert all(not p._post_accumulate_grad_hooks for p in model.parameters())  # hooks removed
     with pytest.raises(ValueError, match="statistic"):
         time_layers(model, lambda: model(x).sum(), statistic="mean")
+
+
+def test_link_is_calibrated_over_the_sizes_a_bucket_can_have():
+    from mylib.calibrate import link_sizes_for, mlp
+
+    sizes = link_sizes_for(mlp(8, 1024))  # 8 x 4.004 MB of fp32 gradients
+    assert sizes[0] == 4096 and sizes[-1] == 32 * 2 ** 20
+    assert all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+    assert link_sizes_for(nn.Linear(2, 2)) == [4096, 8192]  # a tiny model: still two sizes, to fit two constants
+    assert len(link_sizes_for(nn.Linear(64, 64))) == 3  # 16.6 KB: 4, 8 and 16 KB
 
 
 def traced_steps(cap_mb, steps=3):
@@ -117,7 +129,7 @@ def test_traced_myddp_steps_on_two_ranks(cap_mb):
 
 
 def test_calibration_run_end_to_end():
-    from mylib.calibrate import ALL_AT_END, compare, experiment, model_for, typical_round
+    from mylib.calibrate import ALL_AT_END, compare, cost_of_model_choice, experiment, model_for, typical_round
 
     caps = [0, 1, ALL_AT_END]
     result = run_ranks(experiment, 2, args=(caps,), kwargs=dict(n_layers=2, width=128, batch_size=16, rounds=2,
@@ -134,5 +146,7 @@ def test_calibration_run_end_to_end():
     rows, best_model, best_measured = compare(result)
     assert [row["cap"] for row in rows] == caps
     assert best_model in caps and best_measured in caps
+    assert cost_of_model_choice(rows, best_model, best_measured) >= 0
+    assert cost_of_model_choice(rows, best_measured, best_measured) == 0
     assert all(row["model_s"] > 0 and row["measured_s"] > 0 for row in rows)
     assert typical_round(result) in result["rounds"]
