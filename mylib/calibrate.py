@@ -168,7 +168,8 @@ def calibration_round(model, forward, link_sizes=None):
     :func:`link_sizes_for`); alpha is read off the smallest sizes and beta
     off the largest (:func:`mylib.costmodel.alpha_beta_from_ends`), because
     on a CPU no one line fits them all and the step's time goes to the big
-    buckets. The rest are rank 0's values.
+    buckets; the timings themselves are kept too (``link_sizes``,
+    ``link_seconds``), to plot or re-fit. The rest are rank 0's values.
     """
     link_sizes = link_sizes_for(model) if link_sizes is None else link_sizes
     layers = slowest_rank_layers(model, forward, repeats=5)
