@@ -43,9 +43,13 @@ def mlp(n_layers=8, width=1024, seed=0):
     return nn.Sequential(*[m for _ in range(n_layers) for m in (nn.Linear(width, width), nn.ReLU())])
 
 
+def _gradient_bytes(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
 def _ddp_for(model, cap):
     if cap == ALL_AT_END:
-        total = sum(p.numel() * p.element_size() for p in model.parameters()) / MB
+        total = _gradient_bytes(model) / MB
         return MyDDP(model, bucket_cap_mb=total + 1, first_bucket_cap_mb=total + 1)
     return MyDDP(model, bucket_cap_mb=cap)
 
@@ -147,8 +151,7 @@ def link_sizes_for(model):
     to sizes the step never sends would be wrong where the step spends its
     time.
     """
-    total = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    return [2 ** k for k in range(12, max(14, total.bit_length()))]  # at least two sizes, to fit two constants
+    return [2 ** k for k in range(12, max(14, _gradient_bytes(model).bit_length()))]  # at least two sizes, to fit two constants
 
 
 def _average(tensor):

@@ -126,12 +126,9 @@ def fit_alpha_beta(nbytes, seconds, world_size=None):
     Neither constant can be negative: if the unconstrained fit gives a
     negative one, it is fixed at (nearly) zero and the other refitted.
     """
-    if len(nbytes) != len(seconds):
-        raise ValueError(f"got {len(nbytes)} sizes and {len(seconds)} times; give one time per size")
+    _check_times(nbytes, seconds)
     if len(nbytes) < 2 or len(set(nbytes)) < 2:
         raise ValueError("need times for at least two different sizes to fit both alpha and beta")
-    if any(t <= 0 for t in seconds):
-        raise ValueError("every measured time must be positive")
     lat_coef, bw_coef = _coefficients(world_size)
     # Rows of the weighted problem: [lat_coef, bw_coef * b] / t . (alpha, inv_beta) ~ 1.
     rows = [(lat_coef / t, bw_coef * b / t) for b, t in zip(nbytes, seconds)]
@@ -142,9 +139,7 @@ def fit_alpha_beta(nbytes, seconds, world_size=None):
         fit_inv_beta = sum(r[1] for r in rows) / sum(r[1] ** 2 for r in rows) if any(r[1] for r in rows) else 0.0
         alpha, inv_beta = (0.0, fit_inv_beta) if alpha < 0 and fit_inv_beta > 0 else (fit_alpha, 0.0)
     beta = 1.0 / inv_beta if inv_beta > 0 else math.inf
-    fit = AlphaBetaFit(alpha, beta, world_size, list(nbytes), list(seconds))
-    fit.relative_errors = [abs(fit.predict(b) - t) / t for b, t in zip(nbytes, seconds)]
-    return fit
+    return _fitted(alpha, beta, world_size, nbytes, seconds)
 
 
 def alpha_beta_from_ends(nbytes, seconds, world_size=None, n_small=3):
@@ -160,10 +155,7 @@ def alpha_beta_from_ends(nbytes, seconds, world_size=None, n_small=3):
     much time each extra byte adds between the largest size and the largest
     one at most a quarter of it.
     """
-    if len(nbytes) != len(seconds):
-        raise ValueError(f"got {len(nbytes)} sizes and {len(seconds)} times; give one time per size")
-    if any(t <= 0 for t in seconds):
-        raise ValueError("every measured time must be positive")
+    _check_times(nbytes, seconds)
     points = sorted(zip(nbytes, seconds))
     largest, t_largest = points[-1]
     lower = [(b, t) for b, t in points if 4 * b <= largest]
@@ -175,6 +167,18 @@ def alpha_beta_from_ends(nbytes, seconds, world_size=None, n_small=3):
     b_low, t_low = lower[-1]
     per_byte = (t_largest - t_low) / (largest - b_low)
     beta = bw_coef / per_byte if per_byte > 0 else math.inf
+    return _fitted(alpha, beta, world_size, nbytes, seconds)
+
+
+def _check_times(nbytes, seconds):
+    if len(nbytes) != len(seconds):
+        raise ValueError(f"got {len(nbytes)} sizes and {len(seconds)} times; give one time per size")
+    if any(t <= 0 for t in seconds):
+        raise ValueError("every measured time must be positive")
+
+
+def _fitted(alpha, beta, world_size, nbytes, seconds):
+    """The fit's record: its constants, the measurements, and how far the model is from each one."""
     fit = AlphaBetaFit(alpha, beta, world_size, list(nbytes), list(seconds))
     fit.relative_errors = [abs(fit.predict(b) - t) / t for b, t in zip(nbytes, seconds)]
     return fit
