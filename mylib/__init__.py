@@ -1,4 +1,22 @@
-"""mylib: the small library that Data Parallel from Scratch builds, one concept per file."""
+"""mylib: the small data-parallel library that Data Parallel from Scratch builds.
+
+The top level is the library itself, one concept per file, in the order the
+chapters build it:
+
+* chapter 0: ``launch`` (N ranks from a notebook), ``torchrun`` (the cluster path)
+* chapter 1: ``comm`` (collectives that count bytes), ``ring`` (ring all-reduce)
+* chapter 2: ``averaging``, ``loss``, ``batching``
+* chapter 3: ``ddp`` (:class:`MyDDP`), ``tracer``
+* chapter 5: ``comm_hooks``, ``powersgd``
+* chapter 6: ``zero1``, ``zero2``, ``zero3``
+* chapter 7: ``local_sgd``
+* chapter 8: ``debug``
+
+Beneath it: ``mylib.models`` (what-if models, standard library only: the
+browser runs them), ``mylib.figures`` (what goes on a page) and
+``mylib.experiments`` (the chapters' runs on real ranks). The library never
+imports ``figures`` or ``experiments`` (``tests/test_layering.py``).
+"""
 
 from mylib.launch import RankError, RankTimeout, run_ranks
 from mylib.torchrun import current_device, init_from_env
@@ -7,4 +25,14 @@ from mylib.zero1 import ShardedOptimizer
 from mylib.zero2 import ShardedGradOptimizer
 from mylib.zero3 import ShardedModel
 
-__all__ = ["MyDDP", "ShardedGradOptimizer", "ShardedModel", "ShardedOptimizer", "RankError", "RankTimeout", "current_device", "init_from_env", "run_ranks"]
+__all__ = [
+    "MyDDP",
+    "ShardedGradOptimizer",
+    "ShardedModel",
+    "ShardedOptimizer",
+    "RankError",
+    "RankTimeout",
+    "current_device",
+    "init_from_env",
+    "run_ranks",
+]

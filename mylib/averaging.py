@@ -1,4 +1,4 @@
-"""Data parallelism by hand: start the replicas equal, then average their gradients.
+"""Chapter 2. Data parallelism by hand: equal replicas, averaged gradients.
 
 Each rank holds a full copy of the model and a different slice of the batch.
 Two calls keep the copies identical, step after step:

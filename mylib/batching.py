@@ -1,4 +1,4 @@
-"""Who reads which rows, and how big the batch really is.
+"""Chapter 2. Who reads which rows, and how big the batch really is.
 
 Two pieces of bookkeeping that data parallelism adds to training:
 

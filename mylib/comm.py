@@ -1,4 +1,4 @@
-"""Collectives that count the bytes each rank sends.
+"""Chapter 1. Collectives that count the bytes each rank sends.
 
 Every chapter wants to *show* communication volume, not assert it from a
 formula. The functions here have the signatures of their ``torch.distributed``

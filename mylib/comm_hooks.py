@@ -1,4 +1,4 @@
-"""Communication hooks that send fewer bytes: 16-bit gradients on the wire.
+"""Chapter 5. Communication hooks that send fewer bytes: 16-bit gradients.
 
 ``MyDDP`` (like PyTorch's DDP) hands every full bucket to a *communication
 hook*, ``hook(state, bucket) -> Future``, whose future holds the averaged flat

@@ -1,4 +1,4 @@
-"""MyDDP: data parallelism with bucketed all-reduce that overlaps the backward pass.
+"""Chapter 3. MyDDP: bucketed all-reduce that overlaps the backward pass.
 
 Every rank holds a full copy of the model and computes gradients on its own
 slice of the batch. Before the optimizer step the gradients are averaged over
@@ -6,7 +6,7 @@ ranks, so every rank takes the same step and the copies stay identical.
 
 What makes it fast is *when* the averaging happens:
 
-1. Gradients are grouped into buckets in backward order (``mylib.buckets``).
+1. Gradients are grouped into buckets in backward order (``mylib.models.buckets``).
 2. Each parameter's gradient lands in a slice of its bucket's flat buffer
    (``param.grad`` *is* a view of the buffer, as with PyTorch's
    ``gradient_as_bucket_view=True``), so a bucket is sent without copying.
@@ -35,7 +35,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from mylib import comm
-from mylib.buckets import MB, assign_buckets
+from mylib.models.buckets import MB, assign_buckets
 
 
 class Bucket:

@@ -1,4 +1,4 @@
-"""Tools that find data-parallel bugs: call them inside a rank (they are collectives).
+"""Chapter 8. Tools that find data-parallel bugs (collectives: call them in a rank).
 
 Data-parallel bugs rarely raise where they happen. A replica drifts silently, a
 shard overlaps another, a rank calls collectives in another order and the job

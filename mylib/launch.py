@@ -1,4 +1,4 @@
-"""Starting N ranks: from a notebook cell, a script, or ``torchrun``.
+"""Chapter 0. Starting N ranks: from a notebook cell, a script, or ``torchrun``.
 
 ``run_ranks(fn, world_size)`` runs ``fn(*args)`` on every rank of a fresh
 process group and returns the results in rank order. It is what every

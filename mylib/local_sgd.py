@@ -1,4 +1,4 @@
-"""Local SGD: average the parameters every H steps instead of the gradients every step.
+"""Chapter 7. Local SGD: average the parameters every H steps, not the gradients.
 
 Synchronous data parallelism all-reduces the gradients at every step, so the
 ranks never differ. Local SGD lets each rank take ``H`` optimizer steps on its

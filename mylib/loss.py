@@ -1,4 +1,4 @@
-"""Losses whose average over ranks is the mean over the *global* batch.
+"""Chapter 2. Losses whose average over ranks is the mean over the global batch.
 
 Data parallelism averages gradients over ranks. That gives the gradient of
 the whole batch's mean loss only when every rank's loss is a mean over an

@@ -1,4 +1,6 @@
-"""PowerSGD: send a low-rank approximation of each gradient matrix (Vogels et al., 2019).
+"""Chapter 5. PowerSGD: send a low-rank approximation of each gradient matrix.
+
+After Vogels et al., 2019.
 
 A weight's gradient is a matrix ``M`` (n x m: a conv kernel is read as
 n x everything-else). PowerSGD replaces it by ``P Q^T`` with ``P`` n x r and

@@ -1,4 +1,4 @@
-"""Ring all-reduce, built from point-to-point sends and receives.
+"""Chapter 1. Ring all-reduce, built from point-to-point sends and receives.
 
 Every rank holds a tensor; afterwards every rank holds the sum. The ring
 does it in two phases over ``n`` ranks arranged in a circle, each rank

@@ -1,4 +1,4 @@
-"""The production path: the same worker code under ``torchrun`` on GPUs.
+"""Chapter 0. The production path: the same worker code under ``torchrun`` on GPUs.
 
 In the notebooks :func:`mylib.run_ranks` starts the ranks. On a cluster
 ``torchrun`` starts one process per GPU and describes the group in

@@ -1,12 +1,12 @@
-"""Recording the timeline of a real data-parallel step.
+"""Chapter 3. Recording the timeline of a real data-parallel step.
 
 :class:`Tracer` is a callable to set as ``MyDDP.tracer``: MyDDP calls it with
 ``grad_ready`` (a parameter's gradient was accumulated), ``bucket_launch``,
 ``bucket_done`` (from the all-reduce's completion callback) and ``sync_done``
 (``finish_gradient_sync`` returned), each with its ``time.perf_counter()``.
 ``mark("backward")`` and friends add the moments MyDDP cannot see. The
-events become a :class:`mylib.timeline.Timeline`, the structure the model
-produces, so the same code draws both (:mod:`mylib.timeline_svg`)::
+events become a :class:`mylib.models.timeline.Timeline`, the structure the model
+produces, so the same code draws both (:mod:`mylib.figures.timeline`)::
 
     tracer = Tracer()
     ddp.tracer = tracer
@@ -24,7 +24,7 @@ import statistics
 import threading
 import time
 
-from mylib import timeline as tl
+from mylib.models import timeline as tl
 
 MARKS = ("forward", "backward", "optimizer", "end")
 
@@ -115,7 +115,7 @@ class Tracer:
 
 
 def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
-    """Each layer's backward compute time, as :class:`mylib.timeline.Layer` objects in backward order.
+    """Each layer's backward compute time, as :class:`mylib.models.timeline.Layer` objects in backward order.
 
     ``loss_fn()`` runs the forward and returns the loss; only its
     ``backward()`` is timed. A hook on every parameter notes when its gradient

@@ -1,4 +1,4 @@
-"""ZeRO stage 1: each rank keeps the optimizer state of its own shard of the parameters.
+"""Chapter 6. ZeRO-1: each rank keeps the optimizer state of its own shard.
 
 Adam holds two numbers per parameter (more in mixed precision); under DDP
 every rank holds all of them and runs the same update on the same numbers,

@@ -1,4 +1,4 @@
-"""ZeRO stage 2: gradients sharded too; each rank keeps only its shard of the averaged gradient.
+"""Chapter 6. ZeRO-2: each rank keeps only its shard of the averaged gradient.
 
 ZeRO-1 still materialises every full gradient on every rank, though each
 rank needs only its shard of it to update its shard. ZeRO-2 reduce-scatters
@@ -8,7 +8,7 @@ reduce-scatter in place of the all-reduce), and frees the full gradients
 at once. After ``loss.backward()`` a rank holds 1/N of the gradients.
 
 Buckets are formed in backward order by the same rule as DDP
-(:func:`mylib.buckets.assign_buckets`); each bucket is one flat buffer of
+(:func:`mylib.models.buckets.assign_buckets`); each bucket is one flat buffer of
 parameters, cut into N shards as in ZeRO-1 (:class:`mylib.zero1.FlatParams`),
 so the reduce-scatter of a bucket's gradient leaves rank r the average of
 its shard r, exactly the part that rank r's optimizer updates.
@@ -17,7 +17,7 @@ its shard r, exactly the part that rank r's optimizer updates.
 import torch
 
 from mylib import comm
-from mylib.buckets import MB, assign_buckets
+from mylib.models.buckets import MB, assign_buckets
 from mylib.zero1 import ShardedOptimizer
 
 

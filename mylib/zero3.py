@@ -1,4 +1,4 @@
-"""ZeRO stage 3: the parameters are sharded too; a unit's full parameters exist only while it computes.
+"""Chapter 6. ZeRO-3: a unit's full parameters exist only while it computes.
 
 ZeRO-2 still keeps every parameter whole on every rank. ZeRO-3 keeps 1/N of
 them, and rebuilds a *unit* (a layer, a block) just in time:

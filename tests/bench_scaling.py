@@ -15,7 +15,7 @@ import os
 import torch
 
 from mylib import run_ranks
-from mylib import scaling_measure as sm
+from mylib.experiments import scaling_measure as sm
 
 RANKS = (1, 2, 4)
 

@@ -3,7 +3,7 @@
 For bucket caps 0 (one all-reduce per parameter), 1, 5 and 25 MB and one
 bucket at the end, each round calibrates the model on this machine (layer
 backward times, alpha and beta, contention between compute and communication;
-see :mod:`mylib.calibrate`) and then traces one real step per cap. Reported per
+see :mod:`mylib.experiments.calibrate`) and then traces one real step per cap. Reported per
 cap: the model's and the measured step (medians over rounds), the median of the
 per-round errors, and whether the model picks the same best cap as the
 measurement. Target: within 15% at every cap. Nothing is asserted: this is a
@@ -18,7 +18,7 @@ which says how far the figures can be trusted.
 import statistics
 
 from mylib import run_ranks
-from mylib.calibrate import ALL_AT_END, backward_spread, cap_label, compare, cost_of_model_choice, experiment
+from mylib.experiments.calibrate import ALL_AT_END, backward_spread, cap_label, compare, cost_of_model_choice, experiment
 
 CAPS = [0, 1, 5, 25, ALL_AT_END]
 TARGET = 0.15

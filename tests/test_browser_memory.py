@@ -11,9 +11,9 @@ import pathlib
 
 import pytest
 
-from mylib.livefig import Slider
-from mylib.memory_svg import MEMORY_SLIDERS, memory_figure
-from mylib.timeline_zero3_svg import ZERO3_TIMELINE_SLIDERS, zero3_timeline_figure
+from mylib.figures.livefig import Slider
+from mylib.figures.memory import MEMORY_SLIDERS, memory_figure
+from mylib.figures.timeline_zero3 import ZERO3_TIMELINE_SLIDERS, zero3_timeline_figure
 
 pytestmark = pytest.mark.browser
 

@@ -15,9 +15,9 @@ import pathlib
 
 import pytest
 
-from mylib.livefig import Slider
-from mylib.timeline import METRIC_KEYS
-from mylib.overlap_figures import BUCKETING_SLIDERS, bucketing_timelines
+from mylib.figures.livefig import Slider
+from mylib.models.timeline import METRIC_KEYS
+from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
 
 pytestmark = pytest.mark.browser
 
@@ -78,7 +78,7 @@ def test_default_figure_shows_before_python_loads(page):
     pg, problems, requested = page
     figure = pg.locator(".livefig").first
     assert figure.get_attribute("data-state") == "static"
-    assert figure.get_attribute("data-module") == "mylib.overlap_figures"
+    assert figure.get_attribute("data-module") == "mylib.figures.ddp"
     assert pg.locator(".livefig .livefig-figure svg").count() == 1
     defaults = {s.name: s.default for s in SLIDERS}
     assert shown_numbers(pg) == expected_numbers(defaults)
@@ -117,8 +117,8 @@ def test_every_slider_position_agrees_with_the_python_model(page):
             cases.append({s.name: position})
     script = """
 import json
-from mylib.livefig import Slider
-from mylib.overlap_figures import BUCKETING_SLIDERS, bucketing_timelines
+from mylib.figures.livefig import Slider
+from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
 sliders = [Slider(**spec) for spec in BUCKETING_SLIDERS]
 out = []
 for case in json.loads(CASES):

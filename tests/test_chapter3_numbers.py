@@ -7,9 +7,10 @@ that makes the prose wrong fails here.
 
 import pytest
 
-from mylib import timeline as tl
-from mylib.buckets import MB
-from mylib.overlap_figures import BLOCK, BLOCK_BYTES, BUCKETING_SLIDERS, bucketing_timelines, figure_layers
+from mylib.models import timeline as tl
+from mylib.models.buckets import MB
+from mylib.models.layers import BLOCK, BLOCK_BYTES, transformer_blocks
+from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
 
 DEFAULTS = {s["name"]: s["default"] for s in BUCKETING_SLIDERS}
 CAPS_OFFERED = [cap for _, cap in BUCKETING_SLIDERS[1]["options"]]
@@ -38,7 +39,7 @@ def test_every_slider_position_the_text_names_is_offered():
 
 
 def test_exercise_best_cap_key_points():
-    layers = figure_layers(24, 10.0)
+    layers = transformer_blocks(24, 10.0)
     link = tl.Link(8, 200e-6, 1e9)
     # "every all-reduce now pays 2 * 7 * 200 us = 2.8 ms ... 288 of them ... about 0.8 s"
     assert link.allreduce_s(0) == pytest.approx(2.8e-3)
@@ -57,7 +58,7 @@ def test_exercise_best_cap_key_points():
 
 
 def test_exercise_first_bucket_key_points():
-    layers = figure_layers(24, 10.0)
+    layers = transformer_blocks(24, 10.0)
     link = tl.Link(8, 50e-6, 25e9)
     small, large = (tl.simulate(layers, 25 * MB, link, first_cap_bytes=cap * MB) for cap in (1, 25))
     first_start = [next(s for s in t.spans if s.kind == "allreduce").start_s for t in (small, large)]

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from mylib import run_ranks
 from mylib.comm_hooks import UNIT_ROUNDOFF, fp16_compress_hook, rounding_error_in_units
-from mylib.compress_check import hooks_against_pytorch, through_each_hook
+from mylib.experiments.compress_check import hooks_against_pytorch, through_each_hook
 
 
 @pytest.mark.parametrize("name", ["fp16", "bf16"])
@@ -68,7 +68,7 @@ def test_integer_bucket_names_the_problem():
 @given(rows=st.integers(1, 300), cols=st.integers(1, 300), rank=st.integers(1, 8))
 def test_model_bytes_are_what_powersgd_sends(rows, cols, rank):
     from mylib.powersgd import PowerSGDState, compression_plan
-    from mylib.timeline_compress import wire_bytes
+    from mylib.models.timeline_compress import wire_bytes
 
     grad = torch.zeros(rows) if cols == 1 else torch.zeros(rows, cols)
     compress, plain = compression_plan([grad], PowerSGDState(None, rank))
@@ -78,13 +78,14 @@ def test_model_bytes_are_what_powersgd_sends(rows, cols, rank):
 
 
 def test_compression_figure():
-    from mylib.livefig import LiveFigure
-    from mylib.timeline_compress import COMPRESSION_SLIDERS, compression_figure, compression_timelines, wire_bytes
+    from mylib.figures.livefig import LiveFigure
+    from mylib.figures.timeline_compress import COMPRESSION_SLIDERS, compression_figure, compression_timelines
+    from mylib.models.timeline_compress import wire_bytes
 
     fp32, bf16, low_rank = compression_timelines()
     assert low_rank.comm_s < bf16.comm_s < fp32.comm_s
     assert bf16.step_s <= fp32.step_s and low_rank.exposed_comm_s <= bf16.exposed_comm_s
     fig = LiveFigure(compression_figure, COMPRESSION_SLIDERS)
-    assert "timeline_compress" in fig.modules and "powersgd" not in fig.modules  # no torch in the browser
+    assert "models.timeline_compress" in fig.modules and "powersgd" not in fig.modules  # no torch in the browser
     with pytest.raises(ValueError, match="scheme must be"):
         wire_bytes(2, 2, "int8")

@@ -9,10 +9,11 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylib import browser, run_ranks
-from mylib.commbench import ping_pong, time_all_reduce
-from mylib.costfig import allreduce_cost_figure
-from mylib.costmodel import (
+from mylib.figures import browser
+from mylib import run_ranks
+from mylib.experiments.commbench import ping_pong, time_all_reduce
+from mylib.figures.costmodel import allreduce_cost_figure
+from mylib.models.costmodel import (
     bus_bandwidth,
     crossover_bytes,
     alpha_beta_from_ends,
@@ -187,7 +188,7 @@ def _metric(svg, name):
 @given(k=st.integers(0, 32), n=st.sampled_from([2, 3, 4, 8, 64, 1024]), alpha_us=st.floats(1, 500),
        beta_gbps=st.floats(0.1, 900))
 def test_figure_prints_the_model_numbers(k, n, alpha_us, beta_gbps):
-    from mylib.svg import format_seconds
+    from mylib.figures.svg import format_seconds
 
     svg = allreduce_cost_figure(nbytes=2 ** k, world_size=n, alpha_us=alpha_us, beta_gbps=beta_gbps)
     assert svg.startswith("<svg") and svg.endswith("</svg>")
@@ -205,7 +206,7 @@ def test_figure_changes_with_the_sliders_and_rejects_bad_values():
 
 def test_model_and_figure_run_in_the_browser():
     # Pyodide has the standard library only: these modules must import nothing else.
-    assert {"costmodel", "costfig"} <= set(browser.browser_modules())
+    assert {"models.costmodel", "figures.costmodel"} <= set(browser.browser_modules())
 
 
 # ---- measuring gloo (values depend on the machine: only their shape is tested) --------------

@@ -20,8 +20,8 @@ import urllib.request
 
 import pytest
 
-from mylib.livefig import Slider
-from mylib.overlap_figures import BUCKETING_SLIDERS, bucketing_timelines
+from mylib.figures.livefig import Slider
+from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
 
 pytestmark = pytest.mark.browser
 

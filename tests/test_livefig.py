@@ -12,9 +12,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylib import browser
-from mylib.livefig import LiveFigure, Slider, render_positions
-from mylib.overlap_figures import BUCKETING_SLIDERS, bucketing_figure
+from mylib.figures import browser
+from mylib.figures.livefig import LiveFigure, Slider, render_positions
+from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_figure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -96,9 +96,9 @@ def test_render_positions_calls_the_same_function_with_the_same_values():
     fig = chapter_figure()
     specs = json.dumps([s.spec() for s in fig.sliders])
     positions = {"n_layers": 50, "bucket_cap_mb": 1, "backward_ms_per_layer": "7.2"}
-    got = render_positions("mylib.overlap_figures", "bucketing_figure", specs, json.dumps(positions))
+    got = render_positions("mylib.figures.timeline", "bucketing_figure", specs, json.dumps(positions))
     assert got == fig.svg(n_layers=50, bucket_cap_mb=fig.sliders[1].options[1], backward_ms_per_layer=7.0)
-    assert render_positions("mylib.overlap_figures", "bucketing_figure", specs, "{}") == fig.svg()
+    assert render_positions("mylib.figures.timeline", "bucketing_figure", specs, "{}") == fig.svg()
 
 
 def test_static_twin_has_default_drawing_inputs_and_what_the_browser_needs():
@@ -108,13 +108,13 @@ def test_static_twin_has_default_drawing_inputs_and_what_the_browser_needs():
     assert bundle["text/plain"] == repr(fig) and "0x" not in repr(fig)
     twin = parse_twin(bundle["text/html"])
     assert twin.svgs >= 1 and fig.svg() in bundle["text/html"]
-    assert twin.figure["data-module"] == "mylib.overlap_figures"
+    assert twin.figure["data-module"] == "mylib.figures.timeline"
     assert twin.figure["data-function"] == "bucketing_figure"
     assert twin.figure["data-state"] == "static"
     specs = json.loads(twin.figure["data-sliders"])
     assert [s["name"] for s in specs] == [s.name for s in fig.sliders]
     modules = json.loads(twin.figure["data-modules"])
-    assert {"livefig", "timeline", "timeline_svg", "overlap_figures", "svg", "buckets", "costmodel"} <= set(modules)
+    assert {"figures.livefig", "models.timeline", "figures.timeline", "figures.svg", "models.buckets", "models.costmodel", "models.layers"} <= set(modules)
     assert set(modules) <= set(browser.browser_modules())
     by_name = {i["name"]: i for i in twin.inputs}
     for s in fig.sliders:
@@ -148,7 +148,8 @@ def test_render_in_a_torch_module_is_refused_with_the_import_named(tmp_path):
     with pytest.raises(ValueError, match="imports torch"):
         browser.module_closure("mylib.ddp")
     assert "ddp" not in browser.browser_modules() and "launch" not in browser.browser_modules()
-    expected = {"buckets", "livefig", "svg", "timeline", "timeline_svg", "overlap_figures", "browser"}
+    expected = {"models.buckets", "figures.livefig", "figures.svg", "models.timeline"}
+    expected |= {"figures.timeline", "figures.ddp", "figures.browser", "models.__init__"}
     assert expected <= set(browser.browser_modules())
 
 
@@ -156,11 +157,21 @@ def test_module_scan_follows_imports(tmp_path):
     (tmp_path / "a.py").write_text("import json\nfrom mylib import b\n")
     (tmp_path / "b.py").write_text("from mylib.c import f\ndef g():\n    import torch\n")
     (tmp_path / "c.py").write_text("try:\n    import numpy\nexcept ImportError:\n    pass\n")
-    (tmp_path / "d.py").write_text("from . import a\n")
-    assert browser.browser_modules(str(tmp_path)) == []  # c imports numpy at module level, and a, b, d need c
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "__init__.py").write_text('"""A subpackage."""\n')
+    (tmp_path / "sub" / "d.py").write_text("from mylib import a\n")
+    (tmp_path / "sub" / "e.py").write_text("from mylib.sub import d\n")
+    # c imports numpy at module level, and a, b, d, e need c
+    assert browser.browser_modules(str(tmp_path)) == ["sub.__init__"]
     (tmp_path / "c.py").write_text("import math\n")
-    assert browser.browser_modules(str(tmp_path)) == ["a", "b", "c", "d"]
+    expected = ["a", "b", "c", "sub.__init__", "sub.d", "sub.e"]
+    assert browser.browser_modules(str(tmp_path)) == expected
     assert browser.module_closure("mylib.a", str(tmp_path)) == ["a", "b", "c"]
+    closure = browser.module_closure("mylib.sub.e", str(tmp_path))
+    assert closure == ["a", "b", "c", "sub.__init__", "sub.d", "sub.e"]
+    (tmp_path / "f.py").write_text("from . import a\n")
+    with pytest.raises(ValueError, match="absolute imports"):
+        browser.browser_modules(str(tmp_path))
 
 
 def test_widget_redraws_with_the_same_values_as_the_browser():
@@ -193,13 +204,17 @@ def test_build_extension_ships_exactly_the_browser_modules(tmp_path):
     ext = load_extension()
     app = types.SimpleNamespace(outdir=str(tmp_path), builder=types.SimpleNamespace(format="html"))
     ext.copy_mylib(app, None)
-    shipped = sorted(name[:-3] for name in os.listdir(tmp_path / "_static" / "mylib"))
+    dest = tmp_path / "_static" / "mylib"
+    shipped = sorted(
+        str(path.relative_to(dest).with_suffix("")).replace(os.sep, ".")
+        for path in dest.rglob("*.py")
+    )
     assert shipped == sorted(browser.browser_modules() + ["__init__"])
     init = (tmp_path / "_static" / "mylib" / "__init__.py").read_text()
     assert "import" not in init  # the real __init__ imports torch
     for name in browser.browser_modules():
-        with open(os.path.join(ROOT, "mylib", f"{name}.py")) as original:
-            assert (tmp_path / "_static" / "mylib" / f"{name}.py").read_text() == original.read()
+        with open(browser.module_path(name)) as original:
+            assert open(browser.module_path(name, dest)).read() == original.read()
 
 
 def test_the_site_prefers_the_static_twin_over_the_widget():

@@ -10,11 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mylib import browser, run_ranks
+from mylib.figures import browser
+from mylib import run_ranks
 from mylib.averaging import average_gradients
 from mylib.comm import count_bytes
 from mylib.loss import global_count, global_mean_loss, token_mean_cross_entropy
-from mylib.lossfig import loss_weights, token_weights_figure
+from mylib.figures.loss import loss_weights, token_weights_figure
 
 IGNORE = -100
 VOCAB, WIDTH = 7, 5
@@ -178,4 +179,4 @@ def test_figure_default_is_the_worked_example_and_empty_ranks_give_nan():
     assert loss_weights(0, 0, 1.0, 1.0)["token_mean"] == 0.0
     with pytest.raises(ValueError, match="cannot be negative"):
         loss_weights(-1, 2, 1.0, 1.0)
-    assert "lossfig" in browser.browser_modules()
+    assert "figures.loss" in browser.browser_modules()

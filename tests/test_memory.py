@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylib import browser
-from mylib.livefig import LiveFigure, Slider, render_positions
-from mylib.memory import (GB, STAGES, comm_per_step, comm_volume_in_psi, max_params_that_fit, memory_per_rank,
+from mylib.figures import browser
+from mylib.figures.livefig import LiveFigure, Slider, render_positions
+from mylib.models.memory import (GB, STAGES, comm_per_step, comm_volume_in_psi, max_params_that_fit, memory_per_rank,
                           min_ranks_to_fit)
-from mylib.memory_svg import MEMORY_SLIDERS, memory_figure
+from mylib.figures.memory import MEMORY_SLIDERS, memory_figure
 
 psis = st.floats(1e3, 1e13)
 worlds = st.integers(1, 4096)
@@ -71,7 +71,7 @@ def test_the_13b_exercise_of_chapter_6():
 
 
 def test_the_zero3_timeline_prints_decimal_bytes_like_the_chapter():
-    from mylib.timeline_zero3_svg import zero3_timeline_figure
+    from mylib.figures.timeline_zero3 import zero3_timeline_figure
 
     svg = zero3_timeline_figure()  # 12 layers of 100M bf16 parameters, 8 ranks
     assert "sent per rank 4.20 GB" in svg and "whole at once 2.40 GB" in svg  # DDP: 2 x 7/8 x 2.4 GB sent
@@ -130,10 +130,10 @@ def test_every_slider_position_draws_the_models_numbers(positions):
 
 def test_the_figure_runs_in_the_browser_and_redraws_by_slider_position():
     fig = LiveFigure(memory_figure, MEMORY_SLIDERS)
-    assert {"memory", "memory_svg", "svg"} <= set(fig.modules)  # standard library only: Pyodide can run it
-    assert set(browser.module_closure("mylib.memory_svg")) >= {"memory", "svg"}
+    assert {"models.memory", "figures.memory", "figures.svg"} <= set(fig.modules)  # standard library only: Pyodide can run it
+    assert set(browser.module_closure("mylib.figures.memory")) >= {"models.memory", "figures.svg"}
     specs = json.dumps([Slider(**s).spec() for s in MEMORY_SLIDERS])
-    svg = render_positions("mylib.memory_svg", "memory_figure", specs, json.dumps({"stage": 0, "params_b": 9}))
+    svg = render_positions("mylib.figures.memory", "memory_figure", specs, json.dumps({"stage": 0, "params_b": 9}))
     assert svg == memory_figure(params_b=70.0, stage=0)
     assert metrics(svg)["fits"] == "False" and metrics(svg)["min_ranks"] == "None"
 

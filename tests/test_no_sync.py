@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mylib import MyDDP, RankError, comm, run_ranks
-from mylib.accum_check import (accumulate, accumulation_three_ways, bytes_per_optimizer_step, global_batches,
+from mylib.experiments.accum_check import (accumulate, accumulation_three_ways, bytes_per_optimizer_step, global_batches,
                                loss_scaling_effects, make_model, my_micro_batches)
 
 TOL = 1e-12  # float64: the three ways add the same numbers in different orders

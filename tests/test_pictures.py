@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from mylib.pictures import (  # noqa: E402
+from mylib.figures.ring import (  # noqa: E402
     collectives_figure,
     contributors,
     data_parallel_step_figure,

@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
 
 from mylib import RankError, RankTimeout, run_ranks
-from mylib import pitfalls as pf
-from mylib import sharding
-from mylib.debug_svg import collective_pairing_figure
-from mylib.sharding_svg import sharding_figure, sharding_verdict
+from mylib.experiments import pitfalls as pf
+from mylib.models import sharding
+from mylib.figures.debug import collective_pairing_figure
+from mylib.figures.sharding import sharding_figure, sharding_verdict
 
 
 def _max_diff(a, b):
@@ -210,8 +210,8 @@ def test_sharding_figure():
 
 
 def test_figures_run_in_the_browser():
-    browser = pytest.importorskip("mylib.browser")
-    assert {"sharding_svg", "sharding", "svg"} <= set(browser.module_closure("mylib.sharding_svg"))
-    assert "torch" not in " ".join(browser.module_closure("mylib.sharding_svg"))
+    browser = pytest.importorskip("mylib.figures.browser")
+    assert {"figures.sharding", "models.sharding", "figures.svg"} <= set(browser.module_closure("mylib.figures.sharding"))
+    assert "torch" not in " ".join(browser.module_closure("mylib.figures.sharding"))
     svg = collective_pairing_figure()
     assert svg.count("pair ok") == 2 and svg.count("never completes") == 2 and svg.count("wrong pair") == 2

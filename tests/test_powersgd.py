@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib import MyDDP, comm, run_ranks
-from mylib.compress_check import error_feedback_ledger, hooks_against_pytorch, mlp, mylib_hooks_on_pytorch_ddp
-from mylib.compress_training import RUNS, compare_training, held_out_at, steps_to_reach
+from mylib.experiments.compress_check import error_feedback_ledger, hooks_against_pytorch, mlp, mylib_hooks_on_pytorch_ddp
+from mylib.experiments.compress_training import RUNS, compare_training, held_out_at, steps_to_reach
 from mylib.powersgd import PowerSGDState, compression_plan, orthonormalize_, powersgd_hook
 
 

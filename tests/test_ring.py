@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mylib import run_ranks
 from mylib.comm import count_bytes
-from mylib.pictures import holdings
+from mylib.figures.ring import holdings
 from mylib.ring import (
     ALL_GATHER,
     REDUCE_SCATTER,

@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib import run_ranks
-from mylib.buckets import MB, assign_buckets
-from mylib.costmodel import ring_all_reduce_time
+from mylib.models.buckets import MB, assign_buckets
+from mylib.models.costmodel import ring_all_reduce_time
 from mylib.local_sgd import LocalSGD, bytes_per_step
-from mylib.scaling import (STRONG, WEAK, bucket_bytes, bucketed_comm_s, comm_bound_ranks, compute_factor,
+from mylib.models.scaling import (STRONG, WEAK, bucket_bytes, bucketed_comm_s, comm_bound_ranks, compute_factor,
                            expected_slowest_delay_s, harmonic_number, per_rank_layers, ring_limit_s, scaled_step,
                            scaling_table, synchronous_step_s, transformer_like_layers)
-from mylib.scaling_svg import scaling_figure, scaling_rows
-from mylib.timeline import Layer, uniform_layers
+from mylib.figures.scaling import scaling_figure, scaling_rows
+from mylib.models.timeline import Layer, uniform_layers
 
 # -- the worked numbers of the chapter ---------------------------------------
 
@@ -132,9 +132,9 @@ def test_scaling_figure_draws_the_model_numbers():
 
 def test_scaling_figure_runs_in_the_browser():
     """The render function imports only the standard library and stdlib-only mylib modules."""
-    browser = pytest.importorskip("mylib.browser")
-    modules = browser.module_closure("mylib.scaling_svg")
-    assert {"scaling_svg", "scaling", "timeline", "svg", "costmodel", "buckets"} <= set(modules)
+    browser = pytest.importorskip("mylib.figures.browser")
+    modules = browser.module_closure("mylib.figures.scaling")
+    assert {"figures.scaling", "models.scaling", "models.timeline", "figures.svg", "models.costmodel", "models.buckets"} <= set(modules)
 
 
 # -- stragglers --------------------------------------------------------------
@@ -256,13 +256,13 @@ def test_chapter_exercise_answers():
 # -- the measured run: the arithmetic does not change with the rank count ----
 
 def _small_model():
-    from mylib.scaling_measure import mlp
+    from mylib.experiments.scaling_measure import mlp
     return mlp(width=32, depth=3)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_fixed_global_batch_equals_one_process(world_size):
-    from mylib.scaling_measure import global_batches, train_fixed_global_batch, train_single_process
+    from mylib.experiments.scaling_measure import global_batches, train_fixed_global_batch, train_single_process
 
     batches = global_batches(4, 12, 32)
     reference = train_single_process(_small_model, batches, 0.05)
@@ -275,7 +275,7 @@ def test_fixed_global_batch_equals_one_process(world_size):
 
 
 def test_fixed_global_batch_mylib_equals_torch_ddp():
-    from mylib.scaling_measure import global_batches, train_fixed_global_batch
+    from mylib.experiments.scaling_measure import global_batches, train_fixed_global_batch
 
     batches = global_batches(3, 8, 32)
     ours = run_ranks(train_fixed_global_batch, 2, args=(_small_model, batches, 0.05),
@@ -288,7 +288,7 @@ def test_fixed_global_batch_mylib_equals_torch_ddp():
 
 def test_fixed_global_batch_needs_an_even_split():
     from mylib import RankError
-    from mylib.scaling_measure import global_batches, train_fixed_global_batch
+    from mylib.experiments.scaling_measure import global_batches, train_fixed_global_batch
 
     with pytest.raises(RankError, match="split evenly"):
         run_ranks(train_fixed_global_batch, 3, args=(_small_model, global_batches(1, 8, 32), 0.05),
@@ -296,7 +296,7 @@ def test_fixed_global_batch_needs_an_even_split():
 
 
 def test_predicted_step_recovers_the_link():
-    from mylib.scaling_measure import COMM_SIZES, linear_layers, predicted_step
+    from mylib.experiments.scaling_measure import COMM_SIZES, linear_layers, predicted_step
 
     model = _small_model()
     alpha, beta = 50e-6, 2e9
@@ -311,7 +311,7 @@ def test_predicted_step_recovers_the_link():
 
 
 def test_straggler_steps_shape():
-    from mylib.scaling_measure import straggler_steps
+    from mylib.experiments.scaling_measure import straggler_steps
 
     results = run_ranks(straggler_steps, 2, args=(0.001, [0.0, 0.002], 3), kwargs=dict(jitter_mean_s=0.001),
                         show_output=False)

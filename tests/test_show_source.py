@@ -1,6 +1,6 @@
 """The library code a page shows is the library code the tests test.
 
-Chapters display mylib's source with ``mylib.show.show_source``; the site is
+Chapters display mylib's source with ``mylib.figures.show.show_source``; the site is
 built from the outputs stored in the notebooks. nbval does not compare
 Markdown outputs, so this test does: every code block a notebook shows from
 ``mylib/`` must still appear, verbatim, in that file today. If it fails, the
@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from mylib.show import source_of
+from mylib.figures.show import source_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHOWN = re.compile(r"^`(mylib/[\w/]+\.py), lines (\d+)-(\d+)`\n\n```python\n(.*)\n```\s*$", re.S)
@@ -41,7 +41,7 @@ def test_shown_source_is_current(source_file, code):
 
 def test_show_source_names_file_and_lines():
     text, where = source_of(source_of)
-    assert text.startswith("def source_of(") and where.startswith("mylib/show.py, lines ")
+    assert text.startswith("def source_of(") and where.startswith("mylib/figures/show.py, lines ")
 
 
 def test_some_notebook_shows_library_code():

@@ -1,4 +1,4 @@
-"""The timeline model (mylib.timeline), its drawing (mylib.timeline_svg) and chapter 3's figures (mylib.overlap_figures)."""
+"""The timeline model (mylib.models.timeline), its drawing (mylib.figures.timeline) and chapter 3's figures (mylib.figures.ddp)."""
 
 import math
 import xml.etree.ElementTree as ET
@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylib import timeline as tl
-from mylib import overlap_figures as of
-from mylib import timeline_svg as ts
-from mylib.buckets import MB, assign_buckets
-from mylib.costmodel import ring_all_reduce_time
+from mylib.models import timeline as tl
+from mylib.figures import ddp as of
+from mylib.models.layers import transformer_blocks
+from mylib.figures import timeline as ts
+from mylib.models.buckets import MB, assign_buckets
+from mylib.models.costmodel import ring_all_reduce_time
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -172,7 +173,7 @@ def metrics_in_svg(svg):
 
 
 def test_drawing_carries_every_number_exactly():
-    layers = of.figure_layers(12, 2.0)
+    layers = transformer_blocks(12, 2.0)
     link = tl.Link(8, 20e-6, 10e9)
     rows = [tl.all_at_end(layers, link), tl.simulate(layers, 25 * MB, link)]
     svg = ts.draw_timelines(rows, title="a <test> & title")
@@ -186,9 +187,9 @@ def test_drawing_carries_every_number_exactly():
 def test_bucketing_figure_matches_the_model():
     values = dict(n_layers=10, bucket_cap_mb=5.0, bandwidth_gb_s=25.0, latency_us=50.0, backward_ms_per_layer=1.5,
                   ranks=16)
-    found = metrics_in_svg(of.bucketing_figure(**values))
-    drawn = of.bucketing_timelines(**values)
-    layers = of.figure_layers(10, 1.5)
+    found = metrics_in_svg(ts.bucketing_figure(**values))
+    drawn = ts.bucketing_timelines(**values)
+    layers = transformer_blocks(10, 1.5)
     link = tl.Link(16, 50e-6, 25e9)
     expected = [tl.all_at_end(layers, link), tl.per_parameter(layers, link), tl.simulate(layers, 5 * MB, link)]
     for k, (d, t) in enumerate(zip(drawn, expected)):
@@ -198,7 +199,7 @@ def test_bucketing_figure_matches_the_model():
 
 
 def test_step_strip_shows_six_moments_in_order():
-    t = tl.simulate(of.figure_layers(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9), forward_s=10e-3, optimizer_s=4e-3)
+    t = tl.simulate(transformer_blocks(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9), forward_s=10e-3, optimizer_s=4e-3)
     moments = of.strip_moments(t)
     assert moments == sorted(moments) and 0 < moments[0] and moments[-1] < t.step_s
     states = [of.bucket_states(t, m) for m in moments]
@@ -210,16 +211,16 @@ def test_step_strip_shows_six_moments_in_order():
     for caption in of.STRIP_CAPTIONS:
         assert caption in svg
     with pytest.raises(ValueError, match="optimizer"):
-        of.strip_moments(tl.simulate(of.figure_layers(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9)))
+        of.strip_moments(tl.simulate(transformer_blocks(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9)))
 
 
 def test_default_figure_has_the_chapter_story():
     # The chapter's default slider position must show what the text says: buckets beat both baselines.
-    found = metrics_in_svg(of.bucketing_figure())
+    found = metrics_in_svg(ts.bucketing_figure())
     end, per, buckets = (found[(k, "step_s")] for k in range(3))
     assert buckets < per < end
     assert found[(2, "overlap")] > 0.8 and not math.isnan(found[(2, "overlap")])
     # ... and that with the default buckets only the last bucket is exposed.
-    bucketed = of.bucketing_timelines()[2]
+    bucketed = ts.bucketing_timelines()[2]
     assert bucketed.exposed_comm_s == pytest.approx(comm_spans(bucketed)[-1].duration_s)
-    assert of.bucketing_timelines()[1].exposed_comm_s > 10 * bucketed.exposed_comm_s
+    assert ts.bucketing_timelines()[1].exposed_comm_s > 10 * bucketed.exposed_comm_s

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylib import timeline as tl
-from mylib.buckets import MB
-from mylib.livefig import LiveFigure
-from mylib.timeline_accum import (ACCUMULATION_SLIDERS, accumulation_figure, accumulation_step,
-                                  accumulation_timelines)
+from mylib.models import timeline as tl
+from mylib.models.buckets import MB
+from mylib.figures.livefig import LiveFigure
+from mylib.figures.timeline_accum import ACCUMULATION_SLIDERS, accumulation_figure, accumulation_timelines
+from mylib.models.timeline_accum import accumulation_step
 
 LINK = tl.Link(8, 20e-6, 5e9)
 
@@ -79,7 +79,7 @@ def test_figure_carries_its_numbers():
 
 def test_figure_runs_in_the_browser():
     fig = LiveFigure(accumulation_figure, ACCUMULATION_SLIDERS)
-    assert fig.modules and "timeline_accum" in fig.modules and "ddp" not in fig.modules
+    assert fig.modules and "models.timeline_accum" in fig.modules and "ddp" not in fig.modules
     assert "<svg" in fig.static_html()
 
 

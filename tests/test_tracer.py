@@ -1,4 +1,4 @@
-"""The tracer (mylib.tracer) and the calibration run (mylib.calibrate): real MyDDP steps on gloo ranks.
+"""The tracer (mylib.tracer) and the calibration run (mylib.experiments.calibrate): real MyDDP steps on gloo ranks.
 
 No timing is asserted (the machine is shared); what is asserted is the
 structure: every event lands in the right span, in a consistent order, and
@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from mylib import run_ranks
-from mylib import timeline as tl
-from mylib.buckets import MB
+from mylib.models import timeline as tl
+from mylib.models.buckets import MB
 from mylib.tracer import Tracer, _layers_from_events, time_layers
 
 
@@ -78,7 +78,7 @@ def test_time_layers_on_a_real_backward():
 
 
 def test_link_is_calibrated_over_the_sizes_a_bucket_can_have():
-    from mylib.calibrate import link_sizes_for, mlp
+    from mylib.experiments.calibrate import link_sizes_for, mlp
 
     sizes = link_sizes_for(mlp(8, 1024))  # 8 x 4.004 MB of fp32 gradients
     assert sizes[0] == 4096 and sizes[-1] == 32 * 2 ** 20
@@ -90,7 +90,7 @@ def test_link_is_calibrated_over_the_sizes_a_bucket_can_have():
 def traced_steps(cap_mb, steps=3):
     import torch.distributed as dist
 
-    from mylib.calibrate import mlp, traced_step
+    from mylib.experiments.calibrate import mlp, traced_step
     from mylib.ddp import MyDDP
 
     model = mlp(n_layers=4, width=128)
@@ -111,7 +111,7 @@ def traced_steps(cap_mb, steps=3):
 @pytest.mark.parametrize("cap_mb", [0, 0.1, 25])
 def test_traced_myddp_steps_on_two_ranks(cap_mb):
     for result in run_ranks(traced_steps, 2, args=(cap_mb,), timeout_s=120):
-        # The model and MyDDP bucket the same parameters the same way (one rule, mylib.buckets).
+        # The model and MyDDP bucket the same parameters the same way (one rule, mylib.models.buckets).
         assert result["model_buckets"] == result["ddp_buckets"]
         for t in result["timelines"]:
             comm = [s for s in t.spans if s.kind == "allreduce"]
@@ -129,7 +129,7 @@ def test_traced_myddp_steps_on_two_ranks(cap_mb):
 
 
 def test_calibration_run_end_to_end():
-    from mylib.calibrate import ALL_AT_END, compare, cost_of_model_choice, experiment, model_for, typical_round
+    from mylib.experiments.calibrate import ALL_AT_END, compare, cost_of_model_choice, experiment, model_for, typical_round
 
     caps = [0, 1, ALL_AT_END]
     result = run_ranks(experiment, 2, args=(caps,), kwargs=dict(n_layers=2, width=128, batch_size=16, rounds=2,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mylib import run_ranks
 from mylib.zero1 import FlatParams, ShardedOptimizer
-from mylib.zero_check import (CHECK, global_batches, lm_loss, make_model, max_diff, param_groups, train_setups,
+from mylib.experiments.zero_check import (CHECK, global_batches, lm_loss, make_model, max_diff, param_groups, train_setups,
                               train_single)
 
 TOL = 1e-6  # float32, 10 steps of AdamW

@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 from mylib import run_ranks
 from mylib.zero2 import ShardedGradOptimizer
-from mylib.zero_check import CHECK, global_batches, lm_loss, make_model, max_diff, param_groups, train_single
+from mylib.experiments.zero_check import CHECK, global_batches, lm_loss, make_model, max_diff, param_groups, train_single
 
 TOL = 1e-6  # float32, 10 steps of AdamW
 

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylib import timeline as tl
-from mylib.costmodel import ring_all_gather_time
-from mylib.livefig import LiveFigure, Slider
-from mylib.timeline_zero3 import zero3_step
-from mylib.timeline_zero3_svg import ZERO3_TIMELINE_SLIDERS, zero3_timeline_figure
+from mylib.models import timeline as tl
+from mylib.models.costmodel import ring_all_gather_time
+from mylib.figures.livefig import LiveFigure, Slider
+from mylib.models.timeline_zero3 import zero3_step
+from mylib.figures.timeline_zero3 import ZERO3_TIMELINE_SLIDERS, zero3_timeline_figure
 
 layer_counts = st.integers(1, 30)
 byte_sizes = st.integers(1_000, 10 ** 9)
@@ -76,4 +76,4 @@ def test_figure_zero3_sends_one_and_a_half_times_ddp_and_prefetch_helps(position
 
 def test_the_figure_can_run_in_the_browser():
     fig = LiveFigure(zero3_timeline_figure, ZERO3_TIMELINE_SLIDERS)
-    assert {"timeline", "timeline_zero3", "timeline_zero3_svg", "costmodel", "buckets", "svg"} <= set(fig.modules)
+    assert {"models.timeline", "models.timeline_zero3", "figures.timeline_zero3", "models.costmodel", "models.buckets", "figures.svg"} <= set(fig.modules)

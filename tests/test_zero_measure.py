@@ -1,6 +1,6 @@
 """Measured against the model: bytes each rank holds and sends, for DDP and every ZeRO stage, on 2 and 4 ranks.
 
-The model (:mod:`mylib.memory`) in float32: 4-byte parameters and gradients,
+The model (:mod:`mylib.models.memory`) in float32: 4-byte parameters and gradients,
 K = 8 (Adam's two moments). The measurement counts the tensors a rank holds
 after the backward (``held_bytes``) and the bytes it sends in one step
 (``mylib.comm.count_bytes``), on a model of 1.25M parameters.
@@ -9,8 +9,8 @@ after the backward (``held_bytes``) and the bytes it sends in one step
 import pytest
 
 from mylib import run_ranks
-from mylib.memory import STAGE_NAMES, comm_per_step, memory_per_rank
-from mylib.zero_check import MEASURE, SETUPS, train_setups
+from mylib.models.memory import STAGE_NAMES, comm_per_step, memory_per_rank
+from mylib.experiments.zero_check import MEASURE, SETUPS, train_setups
 
 SETUPS_MEASURED = ["ddp", "zero1", "zero2", "zero3"]
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import torch
 
 from mylib import run_ranks
-from mylib.zero_check import CHECK, max_diff, train_setups, train_single
+from mylib.experiments.zero_check import CHECK, max_diff, train_setups, train_single
 
 TOL = 1e-9  # float64
 

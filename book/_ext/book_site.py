@@ -6,7 +6,7 @@
   drop repeated scripts from each page's context, keeping the first.
 * The ipywidgets manager (``_static/widgets/embed-amd.js``) is only needed
   where a widget view is on the page. A chapter's live figures show their
-  static twin instead (``mylib.livefig``), so on most pages the manager, its
+  static twin instead (``mylib.figures.livefig``), so on most pages the manager, its
   require.js and the saved widget state are dead weight: we drop them.
 * Where a widget view is shown, the manager fetches its icon fonts from a path
   derived from its AMD module name, relative to the *page*

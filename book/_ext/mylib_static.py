@@ -4,7 +4,7 @@ The static site redraws figures with the book's own Python running in the
 page (Pyodide). This extension
 
 * copies every mylib module that imports only the standard library (and
-  other such modules; see ``mylib/browser.py``) into ``_static/mylib/`` of the
+  other such modules; see ``mylib/figures/browser.py``) into ``_static/mylib/`` of the
   built HTML, at build time, so the one source in ``mylib/`` is what the page
   runs and nothing is copied into git;
 * adds ``_static/livefig.js`` and ``_static/livefig.css`` (from ``book/_static``)
@@ -26,8 +26,9 @@ MYLIB = os.path.join(ROOT, "mylib")
 
 
 def _browser_module():
-    # Load mylib/browser.py by path: importing the mylib package would import torch.
-    spec = importlib.util.spec_from_file_location("_mylib_browser", os.path.join(MYLIB, "browser.py"))
+    # Load mylib/figures/browser.py by path: importing the mylib package would import torch.
+    path = os.path.join(MYLIB, "figures", "browser.py")
+    spec = importlib.util.spec_from_file_location("_mylib_browser", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -40,9 +41,12 @@ def copy_mylib(app, exception):
     dest = os.path.join(app.outdir, "_static", "mylib")
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(dest)
-    names = _browser_module().browser_modules(MYLIB)
-    for name in names:
-        shutil.copy2(os.path.join(MYLIB, f"{name}.py"), os.path.join(dest, f"{name}.py"))
+    browser = _browser_module()
+    names = browser.browser_modules(MYLIB)
+    for name in names:  # "models.timeline" -> models/timeline.py, folders kept
+        target = browser.module_path(name, dest)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(browser.module_path(name, MYLIB), target)
     # The browser's mylib is a bare package: its real __init__ imports torch.
     with open(os.path.join(dest, "__init__.py"), "w", encoding="utf-8") as f:
         f.write('"""mylib in the browser: only its standard-library modules (copied by book/_ext/mylib_static.py)."""\n')

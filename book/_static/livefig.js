@@ -1,4 +1,4 @@
-/* livefig.js: the static site's half of mylib.livefig.LiveFigure.
+/* livefig.js: the static site's half of mylib.figures.livefig.LiveFigure.
  *
  * A live figure arrives in the page as its "static twin" (written by
  * LiveFigure.static_html): the default drawing, HTML range inputs, and data
@@ -8,7 +8,7 @@
  * Pyodide from the site itself (_static/pyodide/, no network), copies those
  * mylib modules (_static/mylib/, put there at build time by
  * book/_ext/mylib_static.py) into Pyodide's file system, and calls
- * mylib.livefig.render_positions: the very same Python that draws the figure
+ * mylib.figures.livefig.render_positions: the very same Python that draws the figure
  * in Jupyter draws it here.
  *
  * For tests and the curious, each figure carries data-state (static, loading,
@@ -48,8 +48,12 @@
   function loadModules(py, names) {
     return Promise.all(names.map(function (name) {
       if (!moduleLoads[name]) {
-        moduleLoads[name] = fetchText("mylib/" + name + ".py").then(function (text) {
-          py.FS.writeFile(SITE_DIR + "/mylib/" + name + ".py", text);
+        // "models.timeline" is mylib/models/timeline.py; its folder may be new
+        var path = name.split(".").join("/") + ".py";
+        var folder = path.lastIndexOf("/") > 0 ? "/" + path.slice(0, path.lastIndexOf("/")) : "";
+        moduleLoads[name] = fetchText("mylib/" + path).then(function (text) {
+          py.FS.mkdirTree(SITE_DIR + "/mylib" + folder);
+          py.FS.writeFile(SITE_DIR + "/mylib/" + path, text);
         });
       }
       return moduleLoads[name];
@@ -96,7 +100,7 @@
         await loadModules(py, JSON.parse(fig.dataset.modules));
         var positions = positionsOf(fig);
         var started = performance.now();
-        var livefig = py.pyimport("mylib.livefig");
+        var livefig = py.pyimport("mylib.figures.livefig");
         var drawing = livefig.render_positions(fig.dataset.module, fig.dataset.function,
                                                fig.dataset.sliders, JSON.stringify(positions));
         livefig.destroy();

@@ -8,13 +8,13 @@ within the same second (on a shared machine the speed drifts between rounds):
 1. each layer's backward alone, with no communication (:func:`mylib.tracer.time_layers`);
 2. all-reduces of the sizes the buckets can have, from 4 KB to the whole
    model, and alpha and beta fitted to them (:func:`link_sizes_for`,
-   :func:`mylib.commbench.time_all_reduce`, :func:`mylib.costmodel.alpha_beta_from_ends`);
+   :func:`mylib.experiments.commbench.time_all_reduce`, :func:`mylib.models.costmodel.alpha_beta_from_ends`);
 3. how much compute and communication slow each other down when they run
    together (:func:`measure_contention`);
 4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its
    own copy of the model wrapped in MyDDP.
 
-:func:`compare` feeds each round's inputs to the model (:mod:`mylib.timeline`)
+:func:`compare` feeds each round's inputs to the model (:mod:`mylib.models.timeline`)
 and sets its step time against that round's measured step. Both sides are
 Timelines: ``draw_timelines([model, measured])`` puts one above the other.
 """
@@ -27,10 +27,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mylib import timeline as tl
-from mylib.buckets import MB
-from mylib.commbench import time_all_reduce
-from mylib.costmodel import alpha_beta_from_ends
+from mylib.models import timeline as tl
+from mylib.models.buckets import MB
+from mylib.experiments.commbench import time_all_reduce
+from mylib.models.costmodel import alpha_beta_from_ends
 from mylib.ddp import MyDDP
 from mylib.tracer import Tracer, time_layers
 
@@ -169,7 +169,7 @@ def calibration_round(model, forward, link_sizes=None):
     longest (:func:`slowest_rank_layers`). The link is timed as MyDDP uses
     it (divide, then all-reduce) on ``link_sizes`` (default
     :func:`link_sizes_for`); alpha is read off the smallest sizes and beta
-    off the largest (:func:`mylib.costmodel.alpha_beta_from_ends`), because
+    off the largest (:func:`mylib.models.costmodel.alpha_beta_from_ends`), because
     on a CPU no one line fits them all and the step's time goes to the big
     buckets; the timings themselves are kept too (``link_sizes``,
     ``link_seconds``), to plot or re-fit. The rest are rank 0's values.

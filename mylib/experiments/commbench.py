@@ -5,11 +5,11 @@ function given to :func:`mylib.run_ranks`):
 
 * :func:`ping_pong`: ranks 0 and 1 bounce a message back and forth; half a
   round trip is the time of one message, the quantity ``alpha + b/beta``
-  of :func:`mylib.costmodel.message_time`.
+  of :func:`mylib.models.costmodel.message_time`.
 * :func:`time_all_reduce`: every rank all-reduces a tensor, with gloo's
   ``dist.all_reduce`` or any function of the same signature (such as
   :func:`mylib.ring.ring_all_reduce`); compare with
-  :func:`mylib.costmodel.ring_all_reduce_time`.
+  :func:`mylib.models.costmodel.ring_all_reduce_time`.
 
 Each size is run a few times after a warm-up. By default the *fastest* run
 is kept: other programs on the machine can only add time to a run (a rank

@@ -13,7 +13,7 @@ every rank of a process group (``mylib.run_ranks``).
 * :func:`through_each_hook`: the ranges of fp16 and bf16.
 * :func:`error_feedback_ledger`: PowerSGD's error feedback loses nothing.
 
-What the hooks do to training is :mod:`mylib.compress_training`.
+What the hooks do to training is :mod:`mylib.experiments.compress_training`.
 """
 
 import torch

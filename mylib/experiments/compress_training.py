@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mylib import comm
-from mylib.compress_check import my_hook
+from mylib.experiments.compress_check import my_hook
 from mylib.ddp import MyDDP
 
 CHAR_TASK = dict(context=16, dim=24, hidden=256, batch=32, steps=300, lr=2e-3, bucket_cap_mb=0.25,

@@ -1,14 +1,14 @@
 """Measuring scaling on this machine, and the model's prediction beside it.
 
 Chapter 7 trains one model at a fixed global batch on 1, 2 and 4 gloo ranks
-and sets the measured step times beside :func:`mylib.scaling.scaled_step`,
+and sets the measured step times beside :func:`mylib.models.scaling.scaled_step`,
 calibrated on the same machine:
 
 * compute: :func:`time_compute` times one rank's forward and backward on its
   share of the batch, in this process, on one thread (each rank gets one
   thread, as each rank gets one GPU on a cluster);
 * communication: alpha and beta fitted to all-reduces timed inside the same
-  run (:func:`mylib.commbench.time_all_reduce`, :func:`mylib.costmodel.fit_alpha_beta`);
+  run (:func:`mylib.experiments.commbench.time_all_reduce`, :func:`mylib.models.costmodel.fit_alpha_beta`);
 * cores: ranks beyond the machine's cores take turns (``cores=`` of the model).
 
 :func:`train_fixed_global_batch` is the run itself, a function for
@@ -24,10 +24,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from mylib.buckets import MB
-from mylib.costmodel import fit_alpha_beta
-from mylib.scaling import WEAK, scaled_step
-from mylib.timeline import Layer
+from mylib.models.buckets import MB
+from mylib.models.costmodel import fit_alpha_beta
+from mylib.models.scaling import WEAK, scaled_step
+from mylib.models.timeline import Layer
 
 COMM_SIZES = [2 ** k for k in range(12, 24, 2)]  # 4 KB to 8 MB: enough to separate alpha from beta
 
@@ -74,7 +74,7 @@ def train_fixed_global_batch(make_model, batches, lr, bucket_cap_mb=25.0,
     rank), and the final parameters. ``use_torch_ddp`` trains with PyTorch's
     ``DistributedDataParallel`` instead of ``MyDDP``.
     """
-    from mylib.commbench import time_all_reduce
+    from mylib.experiments.commbench import time_all_reduce
     from mylib.ddp import MyDDP
 
     torch.set_num_threads(threads)

@@ -9,7 +9,7 @@ whole-batch gradient (chapter 2) and every stage must reproduce single-process
 training on the whole batch.
 
 ``held_bytes`` counts the memory a rank actually holds, from the tensors
-themselves (each storage once), to set beside :mod:`mylib.memory`'s model.
+themselves (each storage once), to set beside :mod:`mylib.models.memory`'s model.
 """
 
 import torch
@@ -23,7 +23,7 @@ from mylib.zero1 import ShardedOptimizer
 from mylib.zero2 import ShardedGradOptimizer
 from mylib.zero3 import ShardedModel
 
-# name -> the stage of mylib.memory it is (0 = DDP); the torch-* ones are PyTorch's own.
+# name -> the stage of mylib.models.memory it is (0 = DDP); the torch-* ones are PyTorch's own.
 SETUPS = {"ddp": 0, "zero1": 1, "zero1-ddp": 1, "zero2": 2, "zero3": 3, "zero3-prefetch": 3,
           "torch-ddp": 0, "torch-zero1": 1, "torch-fsdp": 3}
 

@@ -11,14 +11,14 @@
 * the numbers: the predicted time, each term's share, which regime the
   message is in, and the bytes each rank sends.
 
-Standard library only (with :mod:`mylib.svg` and :mod:`mylib.costmodel`):
+Standard library only (with :mod:`mylib.figures.svg` and :mod:`mylib.models.costmodel`):
 the static site runs this very function in the reader's browser.
 """
 
 import math
 
-from mylib.costmodel import crossover_bytes, ring_all_reduce_terms
-from mylib.svg import PALETTE, Svg, format_bytes, format_seconds
+from mylib.models.costmodel import crossover_bytes, ring_all_reduce_terms
+from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds
 
 MIN_BYTES, MAX_BYTES = 1, 2 ** 32
 MIN_RANKS, MAX_RANKS = 2, 1024

@@ -1,82 +1,14 @@
-"""Chapter 3's figures: the live bucketing figure and the six-panel strip of one DDP step.
+"""Chapter 3's six-panel strip: one step of MyDDP at six moments.
 
-:func:`bucketing_figure` is the render function of the chapter's
-:class:`mylib.livefig.LiveFigure` (sliders: :data:`BUCKETING_SLIDERS`): three
-timelines of one step of a stack of transformer blocks (all-reduce after the
-backward, one per parameter, DDP's buckets) drawn with
-:func:`mylib.timeline_svg.draw_timelines`. :func:`ddp_step_strip` draws one
-step at six moments, with each bucket's state. Standard library only: the
+:func:`ddp_step_strip` draws one data-parallel step (a timeline of
+:mod:`mylib.models.timeline`) at six moments, each bucket coloured by its
+state: filling, queued, all-reducing, done. Standard library only: the
 static site runs this file in the reader's browser.
 """
 
-from mylib import timeline as tl
-from mylib.buckets import MB
-from mylib.svg import PALETTE, Svg
-from mylib.timeline_svg import LANE_GAP, LANE_H, LEFT, draw_timelines, layer_shader, span_fill
-
-WIDTH = 1024  # the figure's model: GPT-2-style transformer blocks of width 1024 (GPT-2 medium's), fp32 gradients
-
-# One block's parameters, as (sub-layer, gradient bytes of its parameters in backward order: bias, then weight),
-# in backward order: the MLP first, then the attention. 12 tensors, 12.6 M parameters, 48 MB.
-BLOCK = (
-    ("mlp.c_proj", (4 * WIDTH, 4 * 4 * WIDTH * WIDTH)),
-    ("mlp.c_fc", (4 * 4 * WIDTH, 4 * 4 * WIDTH * WIDTH)),
-    ("ln_2", (4 * WIDTH, 4 * WIDTH)),
-    ("attn.c_proj", (4 * WIDTH, 4 * WIDTH * WIDTH)),
-    ("attn.c_attn", (4 * 3 * WIDTH, 4 * 3 * WIDTH * WIDTH)),
-    ("ln_1", (4 * WIDTH, 4 * WIDTH)),
-)
-BLOCK_BYTES = sum(sum(sizes) for _, sizes in BLOCK)
-
-
-def figure_layers(n_layers, backward_ms_per_layer):
-    """The layers of :func:`bucketing_figure`: ``n_layers`` transformer blocks, in backward order.
-
-    Each block is split into its six sub-layers, so that gradients become
-    ready through the block, not all at its end; a sub-layer's share of the
-    block's backward time is its share of the parameters (the matmul FLOPs).
-    """
-    return [tl.Layer(f"block{i}.{name}", backward_ms_per_layer * 1e-3 * sum(sizes) / BLOCK_BYTES, sizes)
-            for i in reversed(range(int(n_layers))) for name, sizes in BLOCK]
-
-
-def bucketing_timelines(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=25.0, latency_us=50.0,
-                        backward_ms_per_layer=10.0, ranks=8):
-    """The three timelines of :func:`bucketing_figure`: all at end, per parameter, DDP's buckets."""
-    layers = figure_layers(n_layers, backward_ms_per_layer)
-    link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
-    return [tl.all_at_end(layers, link), tl.per_parameter(layers, link),
-            tl.simulate(layers, bucket_cap_mb * MB, link, name=f"buckets of {bucket_cap_mb:g} MB (DDP)")]
-
-
-def bucketing_figure(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=25.0, latency_us=50.0,
-                     backward_ms_per_layer=10.0, ranks=8):
-    """Chapter 3's figure: the two baselines and DDP's buckets for one set of slider values (an SVG string).
-
-    Bandwidth is in GB/s (1e9 bytes/s), the cap in MB (2**20 bytes, as
-    PyTorch's ``bucket_cap_mb``), latency in microseconds per message.
-    """
-    rows = bucketing_timelines(n_layers, bucket_cap_mb, bandwidth_gb_s, latency_us, backward_ms_per_layer, ranks)
-    title = (f"{n_layers} transformer blocks ({n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {ranks} ranks, "
-             f"{bandwidth_gb_s:g} GB/s, {latency_us:g} us per message")
-    return draw_timelines(rows, title=title)
-
-
-# The sliders of the chapter's LiveFigure(bucketing_figure, BUCKETING_SLIDERS) (dicts: no import of livefig here).
-BUCKETING_SLIDERS = [
-    dict(name="n_layers", label="layers (blocks)", min=1, max=96, step=1, default=24),
-    dict(name="bucket_cap_mb", label="bucket cap",
-         options=[("0: per parameter", 0.0)] + [(f"{c:g} MB", c) for c in (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0,
-                                                                            200.0, 400.0)], default=25.0),
-    dict(name="bandwidth_gb_s", label="bandwidth",
-         options=[(f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)], default=25.0),
-    dict(name="latency_us", label="latency per message",
-         options=[(f"{a:g} us", a) for a in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)], default=50.0),
-    dict(name="backward_ms_per_layer", label="backward per block", min=1.0, max=40.0, step=1.0, default=10.0,
-         unit="ms"),
-    dict(name="ranks", label="ranks", options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)], default=8),
-]
-
+from mylib.models import timeline as tl
+from mylib.figures.svg import PALETTE, Svg
+from mylib.figures.timeline import LANE_GAP, LANE_H, LEFT, layer_shader, span_fill
 
 STRIP_CAPTIONS = (
     "1. forward",

@@ -6,10 +6,10 @@ up: the first call of rank 0 with the first of rank 1, and so on. Same order:
 every pair matches. Swapped kinds: the first pair is an all-reduce against a
 broadcast, and both ranks wait forever. Swapped tensors of the same shape: the
 pairs look fine to the backend, which adds a metric to a gradient.
-Standard library only (:mod:`mylib.svg`).
+Standard library only (:mod:`mylib.figures.svg`).
 """
 
-from mylib.svg import PALETTE, Svg
+from mylib.figures.svg import PALETTE, Svg
 
 BOX_W, BOX_H = 150, 26
 CASES = [  # (title, rank 0's calls, rank 1's calls, verdict)

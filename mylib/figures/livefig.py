@@ -4,8 +4,8 @@ A figure is a render function, ``render(**values) -> str`` (an SVG or HTML
 fragment), written with the standard library only in a mylib module, plus the
 sliders that choose its arguments::
 
-    from mylib.livefig import LiveFigure, Slider
-    from mylib.overlap_figures import bucketing_figure
+    from mylib.figures.livefig import LiveFigure, Slider
+    from mylib.figures.ddp import bucketing_figure
 
     LiveFigure(bucketing_figure, [
         Slider("n_layers", "layers", min=2, max=96, step=1, default=24),
@@ -20,7 +20,7 @@ function and the sliders. The book's build prefers that twin over the widget
 (``nb_mime_priority_overrides`` in ``_config.yml``), so the page shows the
 default figure at once; ``_static/livefig.js`` loads Pyodide on the first
 slider move, copies the mylib modules the function needs (see
-:mod:`mylib.browser`) into it and calls :func:`render_positions` with the
+:mod:`mylib.figures.browser`) into it and calls :func:`render_positions` with the
 slider positions: the very same Python draws the figure in the page.
 
 Only the standard library is imported at module level: this file also runs in
@@ -33,7 +33,7 @@ import inspect
 import json
 import time
 
-from mylib import browser
+from mylib.figures import browser
 
 
 class Slider:

@@ -13,9 +13,9 @@ height is the token's weight in the loss that the gradients optimise:
 Standard library only: the static site runs this function in the browser.
 """
 
-from mylib.svg import PALETTE, Svg
+from mylib.figures.svg import PALETTE, Svg
 
-RANK_COLORS = ["#4e79a7", "#f28e2b"]  # the colours of ranks 0 and 1 in mylib.pictures
+RANK_COLORS = ["#4e79a7", "#f28e2b"]  # the colours of ranks 0 and 1 in mylib.figures.ring
 
 
 def loss_weights(tokens_rank0, tokens_rank1, loss_rank0, loss_rank1):

@@ -1,7 +1,7 @@
 """Chapter 6's memory calculator: per-rank memory of DDP and the ZeRO stages, as stacked bars.
 
 :func:`memory_figure` is the render function of the chapter's
-:class:`mylib.livefig.LiveFigure`: for a model size, a rank count, a chosen
+:class:`mylib.figures.livefig.LiveFigure`: for a model size, a rank count, a chosen
 stage and K (optimizer bytes per parameter) it draws one bar per setup
 (DDP, ZeRO-1, ZeRO-2, ZeRO-3), each stacked from parameters, gradients and
 optimizer state, with the 80 GB of one large GPU as a line; the chosen stage
@@ -15,8 +15,8 @@ paper. Standard library only: the static site runs this very function in the
 reader's browser (Pyodide).
 """
 
-from mylib.memory import GB, STAGE_NAMES, STAGES, comm_per_step, memory_per_rank, min_ranks_to_fit
-from mylib.svg import PALETTE, Svg, ticks
+from mylib.models.memory import GB, STAGE_NAMES, STAGES, comm_per_step, memory_per_rank, min_ranks_to_fit
+from mylib.figures.svg import PALETTE, Svg, ticks
 
 GPU_GB = 80.0  # one A100/H100 80GB
 PARTS = (("params", "parameters (2 psi)", PALETTE["compute"]),

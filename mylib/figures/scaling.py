@@ -7,21 +7,21 @@ trained at a fixed global batch, against the number of ranks (1 to 1024):
   communication), the all-reduces of its buckets (rising: the bandwidth
   term towards 2G/β, the latency term 2(n-1)α per bucket without bound)
   and the step time from the timeline model
-  (:func:`mylib.scaling.scaled_step`); past their crossing, the shaded
+  (:func:`mylib.models.scaling.scaled_step`); past their crossing, the shaded
   region, the step is bound by communication;
 * right, the efficiency (speed-up / n) at that fixed global batch, and, dashed,
   at a fixed batch per rank (the global batch grows with n instead);
 * the numbers at the chosen rank count.
 
-Standard library only (with :mod:`mylib.svg`, :mod:`mylib.scaling`): the
+Standard library only (with :mod:`mylib.figures.svg`, :mod:`mylib.models.scaling`): the
 static site runs this very function in the reader's browser.
 """
 
 import math
 
-from mylib.buckets import MB
-from mylib.scaling import WEAK, comm_bound_ranks, ring_limit_s, scaled_step, scaling_table, transformer_like_layers
-from mylib.svg import PALETTE, Svg, format_seconds
+from mylib.models.buckets import MB
+from mylib.models.scaling import WEAK, comm_bound_ranks, ring_limit_s, scaled_step, scaling_table, transformer_like_layers
+from mylib.figures.svg import PALETTE, Svg, format_seconds
 
 MAX_RANKS = 1024
 COMM_BOUND_FILL = "#fde0c5"
@@ -72,7 +72,7 @@ def _layers(global_batch, backward_ms_per_sample, grad_gb):
 
 def scaling_rows(global_batch=1024, backward_ms_per_sample=50.0, grad_gb=14.0, bandwidth_gb_s=50.0, alpha_us=5.0,
                  bucket_cap_mb=25.0, ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)):
-    """The figure's data: :func:`mylib.scaling.scaling_table` rows at a fixed global batch, with ``batch_per_rank``.
+    """The figure's data: :func:`mylib.models.scaling.scaling_table` rows at a fixed global batch, with ``batch_per_rank``.
 
     The backward of the whole global batch on one rank is ``global_batch x
     backward_ms_per_sample``; a forward costs half that. Rank counts beyond the

@@ -6,12 +6,12 @@ padding) marked and samples never read listed. Underneath, the verdict: every
 rank takes the same number of steps, or some ranks take a step the others never
 join, so their all-reduce waits forever.
 
-Standard library only (with :mod:`mylib.svg`, :mod:`mylib.sharding`): the
+Standard library only (with :mod:`mylib.figures.svg`, :mod:`mylib.models.sharding`): the
 static site runs this very function in the reader's browser.
 """
 
-from mylib.sharding import shares
-from mylib.svg import PALETTE, Svg
+from mylib.models.sharding import shares
+from mylib.figures.svg import PALETTE, Svg
 
 CELL, GAP = 26, 3
 BATCH_FILLS = ("#c6dbef", "#9ecae1")

@@ -13,7 +13,8 @@ def source_of(obj):
     target = inspect.unwrap(obj)
     lines, start = inspect.getsourcelines(target)
     path = inspect.getsourcefile(target)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # the repository: mylib/figures/show.py is three folders down
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     where = os.path.relpath(path, root)
     first = max(start, 1)
     return "".join(lines), f"{where}, lines {first}-{first + len(lines) - 1}"

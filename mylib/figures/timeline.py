@@ -7,14 +7,17 @@ communication in red and prints the panel of numbers: step time, exposed
 communication, overlap, buckets. Each number also sits in the SVG as
 ``data-metric``/``data-value`` attributes, so a test can read it exactly.
 
-Chapter 3's figures built on it are in :mod:`mylib.overlap_figures`; other
-chapters draw their own timelines with it. Standard library only (it runs
-under Pyodide).
+:func:`bucketing_figure` is the render function of chapter 3's live figure
+(sliders: :data:`BUCKETING_SLIDERS`): three timelines of one step of a stack
+of transformer blocks: one all-reduce after the backward, one per parameter,
+and DDP's buckets. Other chapters draw their own timelines with
+:func:`draw_timelines`. Standard library only (it runs under Pyodide).
 """
 
-from mylib import timeline as tl
-from mylib.buckets import MB
-from mylib.svg import PALETTE, Svg, format_seconds, time_axis
+from mylib.models import timeline as tl
+from mylib.models.buckets import MB
+from mylib.models.layers import BLOCK_BYTES, transformer_blocks
+from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 
 LANE_H, LANE_GAP, TITLE_H, BLOCK_GAP = 16, 4, 18, 14
 LEFT, PANEL_W, AXIS_H = 70, 160, 52
@@ -171,3 +174,43 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
                          fill=PALETTE["exposed"] if warn else PALETTE["text"],
                          data_timeline=k, data_metric=key, data_value=repr(getattr(timeline, key)))
     return fig.to_string()
+
+
+# -- chapter 3's live figure ----------------------------------------
+
+def bucketing_timelines(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=25.0, latency_us=50.0,
+                        backward_ms_per_layer=10.0, ranks=8):
+    """The three timelines of :func:`bucketing_figure`: all at end, per parameter, DDP's buckets."""
+    layers = transformer_blocks(n_layers, backward_ms_per_layer)
+    link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
+    return [tl.all_at_end(layers, link), tl.per_parameter(layers, link),
+            tl.simulate(layers, bucket_cap_mb * MB, link, name=f"buckets of {bucket_cap_mb:g} MB (DDP)")]
+
+
+def bucketing_figure(n_layers=24, bucket_cap_mb=25.0, bandwidth_gb_s=25.0, latency_us=50.0,
+                     backward_ms_per_layer=10.0, ranks=8):
+    """Chapter 3's figure: the two baselines and DDP's buckets for one set of slider values (an SVG string).
+
+    Bandwidth is in GB/s (1e9 bytes/s), the cap in MB (2**20 bytes, as
+    PyTorch's ``bucket_cap_mb``), latency in microseconds per message.
+    """
+    rows = bucketing_timelines(n_layers, bucket_cap_mb, bandwidth_gb_s, latency_us, backward_ms_per_layer, ranks)
+    title = (f"{n_layers} transformer blocks ({n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {ranks} ranks, "
+             f"{bandwidth_gb_s:g} GB/s, {latency_us:g} us per message")
+    return draw_timelines(rows, title=title)
+
+
+# The sliders of the chapter's LiveFigure(bucketing_figure, BUCKETING_SLIDERS) (dicts: no import of livefig here).
+BUCKETING_SLIDERS = [
+    dict(name="n_layers", label="layers (blocks)", min=1, max=96, step=1, default=24),
+    dict(name="bucket_cap_mb", label="bucket cap",
+         options=[("0: per parameter", 0.0)] + [(f"{c:g} MB", c) for c in (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0,
+                                                                            200.0, 400.0)], default=25.0),
+    dict(name="bandwidth_gb_s", label="bandwidth",
+         options=[(f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)], default=25.0),
+    dict(name="latency_us", label="latency per message",
+         options=[(f"{a:g} us", a) for a in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)], default=50.0),
+    dict(name="backward_ms_per_layer", label="backward per block", min=1.0, max=40.0, step=1.0, default=10.0,
+         unit="ms"),
+    dict(name="ranks", label="ranks", options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)], default=8),
+]

@@ -1,7 +1,7 @@
 """Chapter 6's timeline figure: one step of DDP, ZeRO-3 without prefetch and ZeRO-3 with prefetch.
 
 :func:`zero3_timeline_figure` is the render function of the chapter's
-:class:`mylib.livefig.LiveFigure`. Three rows share one time axis, each a
+:class:`mylib.figures.livefig.LiveFigure`. Three rows share one time axis, each a
 compute lane and a comm lane; the compute lane's idle stretches (waiting
 for a gather) are shaded red, and each row prints its numbers: step time,
 time waiting for communication, bytes each rank sends, and the most
@@ -9,9 +9,9 @@ parameter bytes whole at once. Each number also sits in the SVG as
 ``data-metric``/``data-value`` attributes. Standard library only (Pyodide).
 """
 
-from mylib import timeline as tl
-from mylib.svg import PALETTE, Svg, format_seconds, time_axis
-from mylib.timeline_zero3 import zero3_step
+from mylib.models import timeline as tl
+from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
+from mylib.models.timeline_zero3 import zero3_step
 
 LANE_H, LANE_GAP, ROW_H, LEFT, PANEL_W = 16, 4, 62, 78, 214
 FILLS = {"forward": PALETTE["forward"], "backward": PALETTE["compute"], "optimizer": PALETTE["optimizer"],

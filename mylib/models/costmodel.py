@@ -20,7 +20,7 @@ beta``): large messages are *bandwidth-bound*. The two terms are equal at
 
 Standard library only, on purpose: these functions also run in the reader's
 browser (Pyodide) behind the chapter's slider figure. Measuring alpha and
-beta needs torch and lives in :mod:`mylib.commbench`.
+beta needs torch and lives in :mod:`mylib.experiments.commbench`.
 """
 
 import math

@@ -12,7 +12,7 @@ is longer than its all-reduce, buckets hide the communication behind it (chapter
 3) and the step time falls as ``1 / n``; once it is shorter, the step is bound
 by communication and another rank buys almost nothing.
 
-This module plays that out with :func:`mylib.timeline.simulate` (the same
+This module plays that out with :func:`mylib.models.timeline.simulate` (the same
 model, the same bucketing rule as ``MyDDP``): the layers of a model measured or
 assumed on one rank, scaled to each rank count, give the step time, the
 exposed communication, the speed-up and the efficiency (speed-up / n). It also
@@ -20,12 +20,12 @@ holds the arithmetic of stragglers: a synchronous step waits for the slowest
 rank.
 
 Standard library only: it runs in the reader's browser behind the chapter's
-sliders (:mod:`mylib.scaling_svg`).
+sliders (:mod:`mylib.figures.scaling`).
 """
 
-from mylib.buckets import MB, assign_buckets
-from mylib.costmodel import ring_all_reduce_time
-from mylib.timeline import Layer, Link, simulate
+from mylib.models.buckets import MB, assign_buckets
+from mylib.models.costmodel import ring_all_reduce_time
+from mylib.models.timeline import Layer, Link, simulate
 
 STRONG = "strong"  # fixed global batch: each rank computes B / n samples
 WEAK = "weak"      # fixed batch per rank: the global batch grows with n
@@ -63,7 +63,7 @@ def per_rank_layers(layers, ranks, mode=STRONG, cores=None):
 
 def scaled_step(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG,
                 forward_s=0.0, optimizer_s=0.0, cores=None, first_cap_bytes=None):
-    """The timeline of one step on ``ranks`` ranks (a :class:`mylib.timeline.Timeline`).
+    """The timeline of one step on ``ranks`` ranks (a :class:`mylib.models.timeline.Timeline`).
 
     ``layers`` are in backward order with their backward time on ONE rank for
     the reference batch (the global batch for ``mode=STRONG``); ``forward_s``

@@ -17,7 +17,7 @@ the shares stay disjoint; a different seed per rank breaks that.
 
 :func:`naive_indices` is the hand-rolled split ``range(r, N, n)``: disjoint
 but uneven. Standard library only: the chapter's slider figure runs it in the
-browser (:mod:`mylib.sharding_svg`).
+browser (:mod:`mylib.figures.sharding`).
 """
 
 import math

@@ -1,7 +1,7 @@
 """The communication timeline of one data-parallel step: a what-if model.
 
 During the backward pass gradients become ready layer by layer, last layer
-first. DDP groups them into buckets (:func:`mylib.buckets.assign_buckets`,
+first. DDP groups them into buckets (:func:`mylib.models.buckets.assign_buckets`,
 the very rule ``MyDDP`` uses) and starts a bucket's all-reduce as soon as its
 last gradient is ready, so communication runs while earlier layers are still
 computing. Only what is left after the backward ends is *exposed*: the step
@@ -14,7 +14,7 @@ of ``b`` bytes over ``n`` ranks costs, by the alpha-beta model of a ring
 
     2 (n - 1) alpha  +  2 (n - 1) / n * b / beta
 
-(:func:`mylib.costmodel.ring_all_reduce_time`, the model chapter 1 fits to
+(:func:`mylib.models.costmodel.ring_all_reduce_time`, the model chapter 1 fits to
 gloo). A bucket's all-reduce starts when its last gradient is ready *and* the link is
 free. The output is a :class:`Timeline`: spans of compute and communication
 and the numbers that matter (step time, exposed communication, overlap,
@@ -26,8 +26,8 @@ Standard library only: the same file runs in the reader's browser (Pyodide)
 behind the chapter's sliders. 1,000 layers take about a millisecond.
 """
 
-from mylib.buckets import MB, assign_buckets
-from mylib.costmodel import ring_all_reduce_time
+from mylib.models.buckets import MB, assign_buckets
+from mylib.models.costmodel import ring_all_reduce_time
 
 COMPUTE, COMM = "compute", "comm"  # the two lanes of a data-parallel step
 
@@ -259,7 +259,7 @@ def _check(layers):
     if not layers:
         raise ValueError("the model needs at least one layer")
     if not all(isinstance(layer, Layer) for layer in layers):
-        raise TypeError("layers must be mylib.timeline.Layer objects, in backward order (last layer first)")
+        raise TypeError("layers must be mylib.models.timeline.Layer objects, in backward order (last layer first)")
     return layers
 
 

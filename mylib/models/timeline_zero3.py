@@ -1,6 +1,6 @@
 """The timeline of one ZeRO-3 step: an all-gather before each layer's forward and backward.
 
-Chapter 3's model (:mod:`mylib.timeline`) plays out a DDP step: compute on
+Chapter 3's model (:mod:`mylib.models.timeline`) plays out a DDP step: compute on
 one lane, bucketed all-reduces on the link. Under ZeRO-3 the link carries
 more, and some of it blocks compute: a layer cannot run its forward, nor its
 backward, until its parameters are gathered. Per layer of ``b`` bytes:
@@ -14,15 +14,15 @@ reached, so compute waits for every gather. With prefetching the gather of
 the *next* layer is issued as soon as the current one starts computing
 (FSDP's forward and backward prefetch), so it hides behind that compute; at
 most two layers are whole at a time. The link is one FIFO queue, as in
-chapter 3, with the ring costs of :mod:`mylib.costmodel`: a reduce-scatter
+chapter 3, with the ring costs of :mod:`mylib.models.costmodel`: a reduce-scatter
 or an all-gather costs ``(n-1)(alpha + b / (n beta))``, half an all-reduce.
 
 Standard library only: the chapter's slider figure runs this file in the
 reader's browser (Pyodide).
 """
 
-from mylib import timeline as tl
-from mylib.costmodel import ring_all_gather_time, ring_reduce_scatter_time
+from mylib.models import timeline as tl
+from mylib.models.costmodel import ring_all_gather_time, ring_reduce_scatter_time
 
 COMPUTE, COMM = tl.COMPUTE, tl.COMM
 
@@ -58,7 +58,7 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
                optimizer_s=0.0, name=None):
     """The timeline of a ZeRO-3 step over ``layers``.
 
-    ``layers`` are :class:`mylib.timeline.Layer`, in backward order.
+    ``layers`` are :class:`mylib.models.timeline.Layer`, in backward order.
     A layer's ``param_bytes`` are both what is gathered and what is
     reduce-scattered (same dtype); its forward takes ``forward_ratio`` times
     its backward. ``optimizer_s`` is the (sharded) optimizer step, after the
