@@ -165,6 +165,7 @@ def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
 def _layers_from_events(start, events, sizes):
     """Group ``(param name, t)`` events into ``(layer, seconds, param_bytes)`` in arrival order."""
     layers, previous = [], start
+    previous_start = start  # where the current layer began
     for name, t in events:
         layer = name.rsplit(".", 1)[0]
         if layers and layers[-1][0] == layer:

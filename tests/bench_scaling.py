@@ -16,6 +16,7 @@ import torch
 
 from mylib import run_ranks
 from mylib.experiments import scaling_measure as sm
+from mylib.experiments.common import global_batches, mlp
 
 RANKS = (1, 2, 4)
 
@@ -24,9 +25,9 @@ def run(width=512, depth=8, global_batch=64, steps=30, lr=0.01):
     """Measured and predicted step time and efficiency per rank count; tests/bench.py's result format."""
 
     def make_model():
-        return sm.mlp(width, depth)
+        return mlp([width] * (depth + 1))
 
-    batches = sm.global_batches(steps, global_batch, width)
+    batches = global_batches(steps, global_batch, [width])
     runs = {n: run_ranks(sm.train_fixed_global_batch, n, args=(make_model, batches, lr), timeout_s=1800,
                          show_output=False)[0] for n in RANKS}
     reference = sm.train_single_process(make_model, batches, lr)

@@ -4,6 +4,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mylib.experiments.common import global_batches, max_param_diff
+
 
 class TiedMLP(nn.Module):
     """An MLP whose first and last layers share one weight (as tied embeddings do)."""
@@ -44,16 +46,6 @@ def make_optimizer(name, params):
     return torch.optim.Adam(params, lr=0.01)
 
 
-def batches(steps, global_batch, sizes, seed=1, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(global_batch, sizes[0], generator=g, dtype=dtype),
-             torch.randn(global_batch, sizes[-1], generator=g, dtype=dtype)) for _ in range(steps)]
-
-
-def max_param_diff(a, b):
-    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
-
-
 def train_three_ways(kind, sizes, cap_mb, opt_name, steps, per_rank, dtype=torch.float32):
     """Train MyDDP, PyTorch DDP and (for every kind but "bn") one process on the whole batch.
 
@@ -75,7 +67,7 @@ def train_three_ways(kind, sizes, cap_mb, opt_name, steps, per_rank, dtype=torch
     single = build(kind, sizes, 0, dtype)
     opts = [make_optimizer(opt_name, m.parameters()) for m in (mine, theirs, single)]
     lo, hi = rank * per_rank, (rank + 1) * per_rank
-    for x, y in batches(steps, per_rank * world, sizes, dtype=dtype):
+    for x, y in global_batches(steps, per_rank * world, sizes, dtype=dtype):
         for model, opt in zip((mine, theirs, single), opts):
             opt.zero_grad()
             xs, ys = (x, y) if model is single else (x[lo:hi], y[lo:hi])

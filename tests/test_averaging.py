@@ -15,25 +15,14 @@ from mylib import run_ranks
 from mylib.averaging import average_gradients, broadcast_parameters, max_replica_difference
 from mylib.batching import accumulation_steps_for, check_shards, global_batch_size
 from mylib.loss import global_mean_loss
+from mylib.experiments.common import max_param_diff, mlp
 
 TOL = 1e-6
-
-
-def make_model(seed, sizes, dtype=torch.float32):
-    torch.manual_seed(seed)
-    layers = []
-    for a, b in zip(sizes, sizes[1:]):
-        layers += [nn.Linear(a, b), nn.Tanh()]
-    return nn.Sequential(*layers[:-1]).to(dtype)
 
 
 def make_batch(rows, sizes, dtype=torch.float32, seed=1234):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(rows, sizes[0], generator=g).to(dtype), torch.randn(rows, sizes[-1], generator=g).to(dtype)
-
-
-def max_diff(a, b):
-    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
 
 
 def _three_ways(sizes, rows_per_rank, steps, dtype):
@@ -42,10 +31,10 @@ def _three_ways(sizes, rows_per_rank, steps, dtype):
     x, y = make_batch(rows_per_rank * n, sizes, dtype)
     mine_x, mine_y = x[rank * rows_per_rank:(rank + 1) * rows_per_rank], y[rank * rows_per_rank:(rank + 1) * rows_per_rank]
 
-    mine = make_model(seed=rank, sizes=sizes, dtype=dtype)  # every rank starts elsewhere...
+    mine = mlp(sizes, seed=rank, dtype=dtype)  # every rank starts elsewhere...
     broadcast_parameters(mine)  # ...until it takes rank 0's weights
-    single = make_model(seed=0, sizes=sizes, dtype=dtype)
-    ddp = DDP(make_model(seed=0, sizes=sizes, dtype=dtype))
+    single = mlp(sizes, seed=0, dtype=dtype)
+    ddp = DDP(mlp(sizes, seed=0, dtype=dtype))
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (mine, single, ddp)]
     first_grad_diff = None
     for step in range(steps):
@@ -60,7 +49,7 @@ def _three_ways(sizes, rows_per_rank, steps, dtype):
                                   for p, q in zip(mine.parameters(), single.parameters()))
         for opt in opts:
             opt.step()
-    return first_grad_diff, max_diff(mine, single), max_diff(mine, ddp.module), max_replica_difference(mine)
+    return first_grad_diff, max_param_diff(mine, single), max_param_diff(mine, ddp.module), max_replica_difference(mine)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -86,11 +75,11 @@ def _unequal_shares():
     x, y = make_batch(sum(counts), sizes)
     start = sum(counts[:rank])
     mx, my = x[start:start + counts[rank]], y[start:start + counts[rank]]
-    whole = make_model(0, sizes)
+    whole = mlp(sizes, seed=0)
     F.mse_loss(whole(x), y, reduction="none").sum(dim=1).mean().backward()  # mean over rows
     diffs = {}
     for how in ("mean of means", "global mean"):
-        model = make_model(0, sizes)
+        model = mlp(sizes, seed=0)
         per_row = F.mse_loss(model(mx), my, reduction="none").sum(dim=1)
         loss = per_row.mean() if how == "mean of means" else global_mean_loss(per_row.sum(), len(per_row))
         loss.backward()
@@ -109,7 +98,7 @@ def test_unequal_shares_need_the_global_count(world):
 def _drift(steps, broadcast, optimizer):
     rank = dist.get_rank()
     sizes = [4, 8, 2]
-    model = make_model(seed=rank, sizes=sizes)  # a rank-dependent seed, as when seeding data augmentation per rank
+    model = mlp(sizes, seed=rank)  # a rank-dependent seed, as when seeding data augmentation per rank
     if broadcast:
         broadcast_parameters(model)
     start = [p.detach().clone() for p in model.parameters()]
@@ -219,10 +208,10 @@ def _same_rows(rows):
     sizes = [3, 2]
     x, y = make_batch(2 * rows, sizes)
     same_x, same_y = x[:rows], y[:rows]
-    model = make_model(0, sizes)
+    model = mlp(sizes, seed=0)
     F.mse_loss(model(same_x), same_y).backward()
     average_gradients(model)
-    one_rank, whole = make_model(0, sizes), make_model(0, sizes)
+    one_rank, whole = mlp(sizes, seed=0), mlp(sizes, seed=0)
     F.mse_loss(one_rank(same_x), same_y).backward()
     F.mse_loss(whole(x), y).backward()
     grads = lambda m: torch.cat([p.grad.flatten() for p in m.parameters()])
@@ -261,7 +250,7 @@ def _accumulated(micro, accum):
     sizes = [3, 5, 2]
     rows = global_batch_size(micro, accum, n)
     x, y = make_batch(rows, sizes, torch.float64)
-    model, whole = make_model(0, sizes, torch.float64), make_model(0, sizes, torch.float64)
+    model, whole = mlp(sizes, seed=0, dtype=torch.float64), mlp(sizes, seed=0, dtype=torch.float64)
     mine = range(rank * micro * accum, (rank + 1) * micro * accum)  # this rank's contiguous share
     for k in range(accum):
         idx = list(mine)[k * micro:(k + 1) * micro]

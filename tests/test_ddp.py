@@ -7,7 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from ddp_cases import batches, build, make_optimizer, max_param_diff, train_three_ways
+from ddp_cases import build, make_optimizer, train_three_ways
+
+from mylib.experiments.common import global_batches, max_param_diff
 from mylib import MyDDP, RankError, run_ranks
 
 TOL = 1e-6
@@ -69,7 +71,7 @@ def _no_sync_equivalence(m, cap_mb, per_rank=3):
     model = MyDDP(build("mlp", sizes, rank, torch.float64), bucket_cap_mb=cap_mb)
     single = build("mlp", sizes, 0, torch.float64)
     opt, opt1 = make_optimizer("adam", model.parameters()), make_optimizer("adam", single.parameters())
-    for x, y in batches(2, per_rank * world * m, sizes, dtype=torch.float64):
+    for x, y in global_batches(2, per_rank * world * m, sizes, dtype=torch.float64):
         opt.zero_grad()
         micro = list(zip(x.chunk(m * world), y.chunk(m * world)))[rank * m:(rank + 1) * m]
         for i, (xs, ys) in enumerate(micro):

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mylib import MyDDP, RankError, comm, run_ranks
-from mylib.experiments.accum_check import (accumulate, accumulation_three_ways, bytes_per_optimizer_step, global_batches,
+from mylib.experiments.accum_check import (SIZES, accumulate, accumulation_three_ways, bytes_per_optimizer_step,
                                loss_scaling_effects, make_model, my_micro_batches)
+from mylib.experiments.common import global_batches
 
 TOL = 1e-12  # float64: the three ways add the same numbers in different orders
 
@@ -74,7 +75,7 @@ def test_micro_batches_must_split_equally():
 def _edge_cases():
     """Every edge case on one group; returns what each did (an error message, or numbers)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    (x, y), = global_batches(1, 4 * world)
+    (x, y), = global_batches(1, 4 * world, SIZES, dtype=torch.float64)
     micro = my_micro_batches(x, y, 4)
     single = make_model(0)
     F.mse_loss(single(x), y).backward()

@@ -11,11 +11,7 @@ from mylib.experiments import pitfalls as pf
 from mylib.models import sharding
 from mylib.figures.debug import collective_pairing_figure
 from mylib.figures.sharding import sharding_figure, sharding_verdict
-
-
-def _max_diff(a, b):
-    assert a.keys() == b.keys()
-    return max((a[k] - b[k]).abs().max().item() for k in b)
+from mylib.experiments.common import max_param_diff
 
 
 def _fails(fn, world_size=2, timeout_s=30, **kwargs):
@@ -43,8 +39,8 @@ def test_find_unused_parameters_is_exact_and_equals_torch():
                        show_output=False)
     one = pf.reference(pf.BranchNet, 2, 3, use_extra_on={0})
     for params in ours:
-        assert _max_diff(params, one) < 1e-6
-    assert _max_diff(ours[0], theirs[0]) < 1e-6
+        assert max_param_diff(params, one) < 1e-6
+    assert max_param_diff(ours[0], theirs[0]) < 1e-6
 
 
 # -- 2. frozen and tied ---------------------------------------------------------
@@ -59,7 +55,7 @@ def test_frozen_parameter():
     e = _fails(pf.frozen_parameter, freeze_after_wrap=True)
     assert "trunk.weight" in str(e)
     params = run_ranks(pf.frozen_parameter, 2, show_output=False)[0]
-    assert _max_diff(params, pf.reference(_frozen_branchnet, 2, 3)) < 1e-6
+    assert max_param_diff(params, pf.reference(_frozen_branchnet, 2, 3)) < 1e-6
     assert torch.equal(params["trunk.weight"], pf.BranchNet().trunk.weight)
 
 
@@ -70,7 +66,7 @@ def test_tied_parameter(world_size):
     params, names = run_ranks(pf.tied_parameter, world_size, show_output=False)[0]
     assert "out.weight" not in names and names.count("embed.weight") == 1
     assert "out.weight" not in params  # named_parameters() lists the tied tensor once
-    assert _max_diff(params, pf.reference(pf.TiedNet, world_size, 3, kind="tokens")) < 1e-6
+    assert max_param_diff(params, pf.reference(pf.TiedNet, world_size, 3, kind="tokens")) < 1e-6
 
 
 # -- 3. buffers -----------------------------------------------------------------
@@ -89,7 +85,7 @@ def test_buffers_drift_unless_broadcast():
 def test_batchnorm_is_not_the_whole_batch_but_layernorm_is():
     for norm, exact in (("batch", False), ("layer", True)):
         params = run_ranks(pf.norm_buffers, 2, kwargs=dict(norm=norm), show_output=False)[0]["params"]
-        diff = _max_diff(params, pf.reference(lambda: pf.NormNet(norm), 2, 5, shift_per_rank=1.0))
+        diff = max_param_diff(params, pf.reference(lambda: pf.NormNet(norm), 2, 5, shift_per_rank=1.0))
         assert (diff < 1e-6) == exact, (norm, diff)
 
 

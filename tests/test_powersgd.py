@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib import MyDDP, comm, run_ranks
-from mylib.experiments.compress_check import error_feedback_ledger, hooks_against_pytorch, mlp, mylib_hooks_on_pytorch_ddp
+from mylib.experiments.compress_check import error_feedback_ledger, hooks_against_pytorch, mylib_hooks_on_pytorch_ddp
+from mylib.experiments.common import mlp
 from mylib.experiments.compress_training import RUNS, compare_training, held_out_at, steps_to_reach
 from mylib.powersgd import PowerSGDState, compression_plan, orthonormalize_, powersgd_hook
 
@@ -32,7 +33,7 @@ def test_mylib_hooks_run_on_pytorch_ddp():
 
 def _many_buckets(steps=6):
     """MyDDP with 1 KB buckets and PowerSGD: every rank must end with the very same weights."""
-    model = MyDDP(mlp((12, 32, 32, 6), dist.get_rank()), bucket_cap_mb=0.001)
+    model = MyDDP(mlp((12, 32, 32, 6), seed=dist.get_rank()), bucket_cap_mb=0.001)
     model.register_comm_hook(PowerSGDState(None, 2, start_powerSGD_iter=2), powersgd_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(dist.get_rank())
@@ -53,7 +54,7 @@ def test_many_buckets_issue_collectives_in_order():
 
 
 def _bytes_of_one_step(rank):
-    model = MyDDP(mlp((12, 32, 32, 6), 0))
+    model = MyDDP(mlp((12, 32, 32, 6), seed=0))
     state = PowerSGDState(None, rank, start_powerSGD_iter=0)
     model.register_comm_hook(state, powersgd_hook)
     with comm.count_bytes() as stats:

@@ -256,15 +256,16 @@ def test_chapter_exercise_answers():
 # -- the measured run: the arithmetic does not change with the rank count ----
 
 def _small_model():
-    from mylib.experiments.scaling_measure import mlp
-    return mlp(width=32, depth=3)
+    from mylib.experiments.common import mlp
+    return mlp([32] * 4)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_fixed_global_batch_equals_one_process(world_size):
-    from mylib.experiments.scaling_measure import global_batches, train_fixed_global_batch, train_single_process
+    from mylib.experiments.common import global_batches
+    from mylib.experiments.scaling_measure import train_fixed_global_batch, train_single_process
 
-    batches = global_batches(4, 12, 32)
+    batches = global_batches(4, 12, [32])
     reference = train_single_process(_small_model, batches, 0.05)
     results = run_ranks(train_fixed_global_batch, world_size, args=(_small_model, batches, 0.05),
                         kwargs=dict(comm_sizes=[4096, 65536]), show_output=False)
@@ -275,9 +276,10 @@ def test_fixed_global_batch_equals_one_process(world_size):
 
 
 def test_fixed_global_batch_mylib_equals_torch_ddp():
-    from mylib.experiments.scaling_measure import global_batches, train_fixed_global_batch
+    from mylib.experiments.common import global_batches
+    from mylib.experiments.scaling_measure import train_fixed_global_batch
 
-    batches = global_batches(3, 8, 32)
+    batches = global_batches(3, 8, [32])
     ours = run_ranks(train_fixed_global_batch, 2, args=(_small_model, batches, 0.05),
                      kwargs=dict(comm_sizes=[4096, 65536]), show_output=False)
     theirs = run_ranks(train_fixed_global_batch, 2, args=(_small_model, batches, 0.05),
@@ -288,10 +290,11 @@ def test_fixed_global_batch_mylib_equals_torch_ddp():
 
 def test_fixed_global_batch_needs_an_even_split():
     from mylib import RankError
-    from mylib.experiments.scaling_measure import global_batches, train_fixed_global_batch
+    from mylib.experiments.common import global_batches
+    from mylib.experiments.scaling_measure import train_fixed_global_batch
 
     with pytest.raises(RankError, match="split evenly"):
-        run_ranks(train_fixed_global_batch, 3, args=(_small_model, global_batches(1, 8, 32), 0.05),
+        run_ranks(train_fixed_global_batch, 3, args=(_small_model, global_batches(1, 8, [32]), 0.05),
                   show_output=False)
 
 

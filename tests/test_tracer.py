@@ -78,9 +78,10 @@ def test_time_layers_on_a_real_backward():
 
 
 def test_link_is_calibrated_over_the_sizes_a_bucket_can_have():
-    from mylib.experiments.calibrate import link_sizes_for, mlp
+    from mylib.experiments.calibrate import link_sizes_for
+    from mylib.experiments.common import mlp
 
-    sizes = link_sizes_for(mlp(8, 1024))  # 8 x 4.004 MB of fp32 gradients
+    sizes = link_sizes_for(mlp([1024] * 9))  # 8 x 4.004 MB of fp32 gradients
     assert sizes[0] == 4096 and sizes[-1] == 32 * 2 ** 20
     assert all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
     assert link_sizes_for(nn.Linear(2, 2)) == [4096, 8192]  # a tiny model: still two sizes, to fit two constants
@@ -90,10 +91,11 @@ def test_link_is_calibrated_over_the_sizes_a_bucket_can_have():
 def traced_steps(cap_mb, steps=3):
     import torch.distributed as dist
 
-    from mylib.experiments.calibrate import mlp, traced_step
+    from mylib.experiments.calibrate import traced_step
+    from mylib.experiments.common import mlp
     from mylib.ddp import MyDDP
 
-    model = mlp(n_layers=4, width=128)
+    model = mlp([128] * 5)
     ddp = MyDDP(model, bucket_cap_mb=cap_mb)
     tracer = Tracer()
     ddp.tracer = tracer

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mylib import run_ranks
 from mylib.zero1 import FlatParams, ShardedOptimizer
-from mylib.experiments.zero_check import (CHECK, global_batches, lm_loss, make_model, max_diff, param_groups, train_setups,
+from mylib.experiments.zero_check import (CHECK, token_batches, lm_loss, tiny_lm, max_param_diff, param_groups, train_setups,
                               train_single)
 
 TOL = 1e-6  # float32, 10 steps of AdamW
@@ -21,9 +21,9 @@ def test_equals_single_process_and_pytorch_zero(world):
     results = run_ranks(train_setups, world, args=(["zero1", "zero1-ddp", "torch-zero1"], CHECK), timeout_s=180)
     for rank_result in results:
         for setup in ("zero1", "zero1-ddp", "torch-zero1"):
-            assert max_diff(rank_result[setup]["params"], reference) < TOL, setup
-        assert max_diff(rank_result["zero1"]["params"], rank_result["torch-zero1"]["params"]) < TOL
-        assert max_diff(rank_result["zero1"]["params"], results[0]["zero1"]["params"]) == 0  # ranks agree exactly
+            assert max_param_diff(rank_result[setup]["params"], reference) < TOL, setup
+        assert max_param_diff(rank_result["zero1"]["params"], rank_result["torch-zero1"]["params"]) < TOL
+        assert max_param_diff(rank_result["zero1"]["params"], results[0]["zero1"]["params"]) == 0  # ranks agree exactly
     psi = results[0]["zero1"]["psi"]
     for r in results:  # each rank holds Adam's two float32 moments for 1/N of the parameters
         assert r["zero1"]["held"]["optimizer"] == pytest.approx(8 * psi / world, rel=0.01)
@@ -46,31 +46,31 @@ def _state_dict_round_trip(config):
         return ShardedOptimizer(param_groups(model, config), config["optimizer"], average_gradients=True,
                                 lr=config["lr"])
 
-    model = make_model(config)
+    model = tiny_lm(config)
     opt = sharded(model)
-    train(model, opt, global_batches(config))
+    train(model, opt, token_batches(config))
     with pytest.raises(RuntimeError, match="consolidate_state_dict"):
         opt.state_dict()
     opt.consolidate_state_dict(to=0)
     box = [opt.state_dict() if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)
     # Resume from the checkpoint in a fresh model and optimizer; it must continue exactly as the original.
-    resumed = make_model(config)
+    resumed = tiny_lm(config)
     resumed.load_state_dict(model.state_dict())
     resumed_opt = sharded(resumed)
     resumed_opt.load_state_dict(box[0])
-    more = global_batches({**config, "seed": config["seed"] + 7, "steps": 3})
+    more = token_batches({**config, "seed": config["seed"] + 7, "steps": 3})
     train(model, opt, more)
     train(resumed, resumed_opt, more)
     after = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return box[0], max_diff(after, {n: p.detach().clone() for n, p in resumed.named_parameters()})
+    return box[0], max_param_diff(after, {n: p.detach().clone() for n, p in resumed.named_parameters()})
 
 
 def test_consolidated_state_dict_is_the_unsharded_optimizers_and_resumes_exactly():
     config = dict(CHECK, batch=12)  # 3 ranks, 4 sequences each: equal shares (and shards that need padding)
-    model = make_model(config)
+    model = tiny_lm(config)
     opt = config["optimizer"](param_groups(model, config), lr=config["lr"])
-    for tokens in global_batches(config):
+    for tokens in token_batches(config):
         lm_loss(model, tokens).backward()
         opt.step()
         opt.zero_grad()
@@ -89,12 +89,12 @@ def test_consolidated_state_dict_is_the_unsharded_optimizers_and_resumes_exactly
 
 def _sgd_with_scheduler(config, sharded):
     rank, world = (dist.get_rank(), dist.get_world_size()) if sharded else (0, 1)
-    model = make_model(config)
+    model = tiny_lm(config)
     groups = param_groups(model, config)
     opt = (ShardedOptimizer(groups, torch.optim.SGD, average_gradients=True, lr=0.1, momentum=0.9) if sharded
            else torch.optim.SGD(groups, lr=0.1, momentum=0.9))
     schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
-    for tokens in global_batches(config):
+    for tokens in token_batches(config):
         lm_loss(model, tokens.chunk(world)[rank]).backward()
         opt.step()
         opt.zero_grad()
@@ -107,7 +107,7 @@ def test_any_elementwise_optimizer_and_an_lr_scheduler():
     """SGD with momentum; StepLR edits the outer groups' lr, which must reach the shards' optimizer."""
     reference = _sgd_with_scheduler(CHECK, sharded=False)
     for params in run_ranks(_sgd_with_scheduler, 2, args=(CHECK, True), timeout_s=120):
-        assert max_diff(params, reference) < TOL
+        assert max_param_diff(params, reference) < TOL
 
 
 @given(numels=st.lists(st.integers(1, 50), min_size=1, max_size=8), world=st.integers(1, 8))

@@ -6,7 +6,7 @@ import torch.distributed as dist
 
 from mylib import run_ranks
 from mylib.zero3 import ShardedModel
-from mylib.experiments.zero_check import (CHECK, global_batches, lm_loss, make_model, max_diff, param_groups, train_setups,
+from mylib.experiments.zero_check import (CHECK, token_batches, lm_loss, tiny_lm, max_param_diff, param_groups, train_setups,
                               train_single)
 
 TOL = 1e-6  # float32, 10 steps of AdamW
@@ -20,9 +20,9 @@ def test_equals_single_process_and_pytorch_fsdp(world):
     results = run_ranks(train_setups, world, args=(setups, CHECK), timeout_s=240)
     for result in results:
         for setup in setups:
-            assert max_diff(result[setup]["params"], reference) < TOL, setup
-        assert max_diff(result["zero3"]["params"], result["torch-fsdp"]["params"]) < TOL
-        assert max_diff(result["zero3"]["params"], result["zero3-prefetch"]["params"]) == 0  # same arithmetic
+            assert max_param_diff(result[setup]["params"], reference) < TOL, setup
+        assert max_param_diff(result["zero3"]["params"], result["torch-fsdp"]["params"]) < TOL
+        assert max_param_diff(result["zero3"]["params"], result["zero3-prefetch"]["params"]) == 0  # same arithmetic
         # Same shards as FSDP: 1/N of the parameters, of the gradients and of Adam's moments.
         ours, theirs = result["zero3"]["held"], result["torch-fsdp"]["held"]
         for key in ("params", "grads", "optimizer"):
@@ -31,12 +31,12 @@ def test_equals_single_process_and_pytorch_fsdp(world):
 
 def _facts(config, prefetch, micro_steps=1):
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = make_model(config)
+    model = tiny_lm(config)
     groups = param_groups(model, config)
     sharded = ShardedModel(model, unit_modules=list(model.blocks), prefetch=prefetch)
     opt = config["optimizer"](groups, lr=config["lr"])
     facts = {"freed": [], "grads_are_pieces": []}
-    for tokens in global_batches(config):
+    for tokens in token_batches(config):
         for micro in tokens.chunk(world)[rank].chunk(micro_steps):
             (lm_loss(sharded, micro) / micro_steps).backward()
             facts["freed"].append(sharded.gathered_bytes == 0 and all(
@@ -50,11 +50,11 @@ def _facts(config, prefetch, micro_steps=1):
     facts["peak"] = sharded.peak_gathered_bytes
     facts["unit_bytes"] = [sum(flat.full_bytes for flat in unit.flats) for unit in sharded.units]
     full = sharded.full_parameters()
-    plain = make_model(config)
+    plain = tiny_lm(config)
     with torch.no_grad():
         for name, p in plain.named_parameters():
             p.copy_(full[name])
-        tokens = global_batches(config)[0]
+        tokens = token_batches(config)[0]
         facts["eval_diff"] = (sharded(tokens) - plain(tokens)).abs().max().item()
     facts["gathered_after_eval"] = sharded.gathered_bytes
     facts["params"] = full
@@ -70,13 +70,13 @@ def test_only_shards_survive_and_at_most_one_or_two_units_are_whole(prefetch):
         # The root unit (embedding + head, tied) stays whole through forward and backward; the blocks take turns.
         assert facts["peak"] == root + (2 if prefetch else 1) * max(blocks)
         assert facts["eval_diff"] < 1e-6 and facts["gathered_after_eval"] == 0  # no_grad forward: gather, free
-        assert max_diff(facts["params"], reference) < TOL
+        assert max_param_diff(facts["params"], reference) < TOL
 
 
 def test_gradient_accumulation_adds_up_in_the_shards():
     reference = train_single(CHECK)
     for facts in run_ranks(_facts, 2, args=(CHECK, False, 2), timeout_s=120):
-        assert max_diff(facts["params"], reference) < TOL
+        assert max_param_diff(facts["params"], reference) < TOL
 
 
 def _wrap_foreign_unit():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import torch
 
 from mylib import run_ranks
-from mylib.experiments.zero_check import CHECK, max_diff, train_setups, train_single
+from mylib.experiments.zero_check import CHECK, max_param_diff, train_setups, train_single
 
 TOL = 1e-9  # float64
 
@@ -36,4 +36,4 @@ def test_all_stages_equal_single_process(world, vocab, dim, hidden, layers, cap_
     setups = ["zero1", "zero2", "zero3-prefetch"]
     for result in run_ranks(train_setups, world, args=(setups, config), timeout_s=240, show_output=False):
         for setup in setups:
-            assert max_diff(result[setup]["params"], reference) < TOL, setup
+            assert max_param_diff(result[setup]["params"], reference) < TOL, setup

@@ -28,25 +28,15 @@ from torch import nn
 
 from mylib import comm
 from mylib.ddp import MyDDP
+from mylib.experiments.common import global_batches, max_param_diff, mlp
 
 SIZES = (12, 32, 32, 6)  # a small MLP: 12 inputs, two hidden layers of 32, 6 outputs
 SCALINGS = ("divide_loss", "divide_grad", "none")
 
 
-def make_model(seed=0, sizes=SIZES, dtype=torch.float64):
-    """The chapter's MLP (tanh between linear layers), seeded."""
-    torch.manual_seed(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers += [nn.Linear(a, b)] + ([nn.Tanh()] if i < len(sizes) - 2 else [])
-    return nn.Sequential(*layers).to(dtype)
-
-
-def global_batches(steps, rows, sizes=SIZES, seed=1, dtype=torch.float64):
-    """``steps`` global batches of ``rows`` (inputs, targets), the same on every rank."""
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(rows, sizes[0], generator=g, dtype=dtype),
-             torch.randn(rows, sizes[-1], generator=g, dtype=dtype)) for _ in range(steps)]
+def make_model(seed=0, dtype=torch.float64):
+    """The chapter's MLP (:data:`SIZES`, tanh between the layers), seeded."""
+    return mlp(SIZES, seed=seed, dtype=dtype)
 
 
 def my_micro_batches(x, y, micro_steps):
@@ -85,10 +75,6 @@ def accumulate(model, micro_batches, scaling="divide_loss", sync_every_micro_ste
             p.grad.div_(m)
 
 
-def _max_diff(a, b):
-    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
-
-
 def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam", bucket_cap_mb=0.002,
                             dtype=torch.float64):
     """On every rank: ``steps`` optimizer steps three ways.
@@ -119,7 +105,7 @@ def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam
     make_opt = {"adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
                 "sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)}[optimizer]
     opts = [make_opt(m.parameters()) for m in (mine, theirs, single)]
-    for x, y in global_batches(steps, micro_batch * micro_steps * world, dtype=dtype):
+    for x, y in global_batches(steps, micro_batch * micro_steps * world, SIZES, dtype=dtype):
         for model, opt in zip((mine, theirs, single), opts):
             opt.zero_grad()
             if model is single:
@@ -127,7 +113,7 @@ def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam
             else:
                 accumulate(model, my_micro_batches(x, y, micro_steps))
             opt.step()
-    out = {"vs_single": _max_diff(mine.module, single), "vs_ddp": _max_diff(mine.module, theirs.module),
+    out = {"vs_single": max_param_diff(mine.module, single), "vs_ddp": max_param_diff(mine.module, theirs.module),
            "buckets": len(mine.buckets)}
     ddp_allreduces.clear()  # one more accumulation each, counted (DDP rebuilds its buckets after step 1)
     with comm.count_bytes() as stats:
@@ -145,7 +131,7 @@ def bytes_per_optimizer_step(micro_steps, bucket_cap_mb=0.002, micro_batch=2):
     largest difference of the averaged gradient from the whole-batch one.
     """
     world = dist.get_world_size()
-    (x, y), = global_batches(1, micro_batch * micro_steps * world)
+    (x, y), = global_batches(1, micro_batch * micro_steps * world, SIZES, dtype=torch.float64)
     single = make_model(0)
     F.mse_loss(single(x), y).backward()
     out = {}
@@ -171,7 +157,7 @@ def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
     Adam.
     """
     world = dist.get_world_size()
-    batches = global_batches(steps, micro_batch * micro_steps * world)
+    batches = global_batches(steps, micro_batch * micro_steps * world, SIZES, dtype=torch.float64)
     out = {}
     for scaling in SCALINGS:
         row = {}
@@ -191,6 +177,6 @@ def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
                     row["grad_diff"] = (mine - whole).abs().max().item()
                 opt.step()
                 opt1.step()
-            row[f"{name}_diff"] = _max_diff(model.module, single)
+            row[f"{name}_diff"] = max_param_diff(model.module, single)
         out[scaling] = row
     return out

@@ -32,15 +32,10 @@ from mylib.models.buckets import MB
 from mylib.experiments.commbench import time_all_reduce
 from mylib.models.costmodel import alpha_beta_from_ends
 from mylib.ddp import MyDDP
+from mylib.experiments.common import mlp
 from mylib.tracer import Tracer, time_layers
 
 ALL_AT_END = "all at end"  # a cap meaning: one bucket, launched when the backward is over
-
-
-def mlp(n_layers=8, width=1024, seed=0):
-    """The chapter's test model: ``n_layers`` x (Linear(width, width), ReLU), seeded."""
-    torch.manual_seed(seed)
-    return nn.Sequential(*[m for _ in range(n_layers) for m in (nn.Linear(width, width), nn.ReLU())])
 
 
 def _gradient_bytes(model):
@@ -282,7 +277,7 @@ def typical_round(result):
 
 def experiment(caps_mb, n_layers=8, width=1024, batch_size=64, rounds=5, warmup=1):
     """The chapter's and the benchmark's run, on every rank: an MLP, this rank's batch, :func:`trace_caps`."""
-    model = mlp(n_layers, width)
+    model = mlp([width] * (n_layers + 1))
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     x = torch.randn(batch_size, width, generator=generator)
     y = torch.randn(batch_size, width, generator=generator)

@@ -24,16 +24,8 @@ from torch import nn
 from mylib import comm
 from mylib.comm_hooks import HOOKS, WIRE_DTYPES, rounding_error_in_units
 from mylib.ddp import MyDDP
+from mylib.experiments.common import max_param_diff, mlp
 from mylib.powersgd import PowerSGDState, powersgd_hook
-
-
-def mlp(sizes, seed):
-    """Linear layers with tanh between them, seeded (a different seed per rank tests the initial broadcast)."""
-    torch.manual_seed(seed)
-    layers = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers += [nn.Linear(a, b)] + ([nn.Tanh()] if i < len(sizes) - 2 else [])
-    return nn.Sequential(*layers)
 
 
 def _torch_hook(name, **powersgd):
@@ -78,9 +70,9 @@ def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, buck
     roundings of the wire format.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine, plain = MyDDP(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb), MyDDP(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb)
-    theirs = nn.parallel.DistributedDataParallel(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb)
-    borrowed = MyDDP(mlp(sizes, rank), bucket_cap_mb=bucket_cap_mb)
+    mine, plain = MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb), MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb)
+    theirs = nn.parallel.DistributedDataParallel(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb)
+    borrowed = MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb)
     mine.register_comm_hook(*my_hook(name, **powersgd))
     theirs.register_comm_hook(*_torch_hook(name, **powersgd))
     borrowed.register_comm_hook(*_torch_hook(name, **powersgd))
@@ -93,7 +85,7 @@ def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, buck
         x, y = torch.randn(per_rank * world, sizes[0], generator=g), torch.randn(per_rank * world, sizes[-1], generator=g)
         xs, ys = x.chunk(world)[rank], y.chunk(world)[rank]
         if step == 0 and name in WIRE_DTYPES:  # every rank's own gradient, for the exact average
-            local = mlp(sizes, 0)
+            local = mlp(sizes, seed=0)
             local.load_state_dict(mine.module.state_dict())
             F.mse_loss(local(xs), ys).backward()
             own = torch.cat([p.grad.flatten() for p in local.parameters()])
@@ -114,8 +106,8 @@ def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, buck
                 key = "rounding_units" if model is mine else "ddp_rounding_units"
                 out[key] = rounding_error_in_units(averaged, everyone, WIRE_DTYPES[name])
             opt.step()
-        out["vs_ddp"].append(_max_diff(mine.module, theirs.module))
-        out["vs_torch_hook_on_myddp"].append(_max_diff(mine.module, borrowed.module))
+        out["vs_ddp"].append(max_param_diff(mine.module, theirs.module))
+        out["vs_torch_hook_on_myddp"].append(max_param_diff(mine.module, borrowed.module))
     return out
 
 
@@ -128,7 +120,7 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
     """
     out = {}
     for name, settings in (("bf16", {}), ("powersgd", dict(matrix_approximation_rank=2, start_powerSGD_iter=2))):
-        models = [nn.parallel.DistributedDataParallel(mlp(sizes, 0)), MyDDP(mlp(sizes, 0))]
+        models = [nn.parallel.DistributedDataParallel(mlp(sizes, seed=0)), MyDDP(mlp(sizes, seed=0))]
         for model in models:
             state, hook = my_hook(name, **settings)
             # DDP checks a hook's parameter names (state, bucket), and refuses one named bf16_compress_hook on gloo.
@@ -143,7 +135,7 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
                 if isinstance(model, MyDDP):
                     model.finish_gradient_sync()
                 opt.step()
-        out[name] = _max_diff(models[0].module, models[1].module)
+        out[name] = max_param_diff(models[0].module, models[1].module)
     return out
 
 
@@ -191,7 +183,3 @@ def error_feedback_ledger(steps=8, rank=1):
         applied = applied + model.buckets[0].flat.clone()  # the bucket holds bias, then weight (backward order)
         own = own + torch.cat([local.bias.grad, local.weight.grad.flatten()])
     return (applied - (own - state.error_dict[0])).abs().max().item(), own.abs().max().item()
-
-
-def _max_diff(a, b):
-    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))

@@ -32,22 +32,6 @@ from mylib.models.timeline import Layer
 COMM_SIZES = [2 ** k for k in range(12, 24, 2)]  # 4 KB to 8 MB: enough to separate alpha from beta
 
 
-def mlp(width=512, depth=8, seed=0):
-    """The chapter's model: ``depth`` x (Linear(width, width), Tanh), seeded (every rank builds the same)."""
-    torch.manual_seed(seed)
-    layers = []
-    for _ in range(depth):
-        layers += [torch.nn.Linear(width, width), torch.nn.Tanh()]
-    return torch.nn.Sequential(*layers)
-
-
-def global_batches(steps, batch, width, seed=1):
-    """``steps`` (input, target) pairs of ``batch`` rows: the data of a fixed-global-batch run."""
-    gen = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, width, generator=gen), torch.randn(batch, width, generator=gen))
-            for _ in range(steps)]
-
-
 def _sgd_step(params, lr):
     with torch.no_grad():
         for p in params:
@@ -173,7 +157,7 @@ def straggler_steps(compute_s, extra_s_by_rank=None, steps=20, jitter_mean_s=0.0
     """
     import random
 
-    rank, n = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     extra = 0.0 if extra_s_by_rank is None else extra_s_by_rank[rank]
     rng = random.Random(seed * 1000 + rank)
     grad = torch.zeros(grad_numel)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mylib import comm
+from mylib.experiments.common import max_param_diff
 from mylib.ddp import MyDDP
 from mylib.zero1 import ShardedOptimizer
 from mylib.zero2 import ShardedGradOptimizer
@@ -68,7 +69,7 @@ class TinyLM(nn.Module):
         return self.head(self.norm(self.proj(x)))
 
 
-def make_model(config):
+def tiny_lm(config):
     """The model of ``config``, with the same initial weights on every rank (seeded)."""
     torch.manual_seed(config["seed"])
     return TinyLM(config["vocab"], config["dim"], config["hidden"], config["layers"],
@@ -86,7 +87,7 @@ def lm_loss(model, tokens):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
-def global_batches(config):
+def token_batches(config):
     """``steps`` global batches of random tokens, ``batch`` sequences each."""
     g = torch.Generator().manual_seed(config["seed"] + 1)
     return [torch.randint(config["vocab"], (config["batch"], config["seq"]), generator=g)
@@ -103,9 +104,9 @@ def param_groups(model, config):
 
 def train_single(config):
     """Single-process training on the whole batch: the reference. Returns ``{name: final parameter}``."""
-    model = make_model(config)
+    model = tiny_lm(config)
     opt = config["optimizer"](param_groups(model, config), lr=config["lr"])
-    for tokens in global_batches(config):
+    for tokens in token_batches(config):
         lm_loss(model, tokens).backward()
         opt.step()
         opt.zero_grad()
@@ -163,10 +164,10 @@ def train_rank(setup, config):
     peak bytes of full parameters gathered at once.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = make_model(config)
+    model = tiny_lm(config)
     psi = num_trainable(model)
     wrapped, opt, sync = build(setup, model, config)
-    for tokens in global_batches(config):
+    for tokens in token_batches(config):
         with comm.count_bytes() as stats:
             lm_loss(wrapped, tokens.chunk(world)[rank]).backward()
             sync()
@@ -183,13 +184,6 @@ def train_rank(setup, config):
 def train_setups(setups, config):
     """Run on every rank: :func:`train_rank` for each setup in turn (one launch for many checks)."""
     return {setup: train_rank(setup, config) for setup in setups}
-
-
-def max_diff(a, b):
-    """The largest absolute difference between two ``{name: tensor}`` dicts with the same names and shapes."""
-    if a.keys() != b.keys():
-        raise ValueError(f"different parameter names: {sorted(a.keys() ^ b.keys())}")
-    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
 
 
 def held_bytes(model, optimizer):
