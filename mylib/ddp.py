@@ -6,7 +6,8 @@ ranks, so every rank takes the same step and the copies stay identical.
 
 What makes it fast is *when* the averaging happens:
 
-1. Gradients are grouped into buckets in backward order (``mylib.models.buckets``).
+1. Gradients are grouped into buckets in backward order
+   (:mod:`mylib.models.buckets`).
 2. Each parameter's gradient lands in a slice of its bucket's flat buffer
    (``param.grad`` *is* a view of the buffer, as with PyTorch's
    ``gradient_as_bucket_view=True``), so a bucket is sent without copying.
@@ -22,6 +23,10 @@ Usage, on every rank::
     loss_fn(model(x), y).backward()
     model.finish_gradient_sync()
     optimizer.step()
+
+The class reads in the chapter's order: construction, the gradient hook, the
+launch, the finish, ``no_sync``. The guard rails (misuse that would otherwise
+hang or silently diverge) come after it, under their own heading.
 """
 
 import contextlib
@@ -39,7 +44,7 @@ from mylib.models.buckets import MB, assign_buckets
 
 
 class Bucket:
-    """Gradients that travel in one all-reduce: one flat buffer, one view per parameter.
+    """Gradients that travel in one all-reduce: one flat buffer, a view per parameter.
 
     Besides its attributes it offers the methods of PyTorch's ``GradBucket``
     (``buffer()``, ``index()``, ``parameters()``, ``gradients()``,
@@ -50,11 +55,12 @@ class Bucket:
         self._index, self._is_last = index, is_last
         self.params, self.names = params, names
         self.numel = sum(p.numel() for p in params)
-        self.flat = torch.zeros(self.numel, dtype=params[0].dtype, device=params[0].device)
+        first = params[0]
+        self.flat = torch.zeros(self.numel, dtype=first.dtype, device=first.device)
         self.nbytes = comm.nbytes(self.flat)
         self.views, offset = [], 0
         for p in params:
-            self.views.append(self.flat[offset:offset + p.numel()].view_as(p))
+            self.views.append(self.flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
         self.ready = set()  # slots whose gradient arrived in this backward
 
@@ -77,7 +83,8 @@ class Bucket:
         return self._is_last
 
     def __repr__(self):
-        return f"Bucket({self._index}, {len(self.params)} params, {self.nbytes / MB:.2f} MB)"
+        size = f"{self.nbytes / MB:.2f} MB"
+        return f"Bucket({self._index}, {len(self.params)} params, {size})"
 
 
 def allreduce_average_hook(process_group, bucket):
@@ -92,24 +99,6 @@ def allreduce_average_hook(process_group, bucket):
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
-_OWNERS = weakref.WeakValueDictionary()  # id(parameter) -> the MyDDP whose hooks sit on it
-
-
-def _check_step(model_ref, optimizer, args, kwargs):
-    """Runs before every optimizer step in the process: refuse a step on gradients that were not averaged."""
-    model = model_ref()
-    if model is None or model._released or not (model._backward_seen or model._local_grads):
-        return
-    if not any(id(p) in model._param_ids for group in optimizer.param_groups for p in group["params"]):
-        return  # another model's optimizer
-    if model._backward_seen:
-        raise RuntimeError("optimizer.step() before finish_gradient_sync(): some buckets may still be in flight. "
-                           "Call model.finish_gradient_sync() after loss.backward() and before optimizer.step()")
-    raise RuntimeError("optimizer.step() on gradients accumulated inside no_sync() and never averaged: each rank "
-                       "would take its own step and the replicas would drift apart. Run the last micro-step's "
-                       "backward outside no_sync(), call finish_gradient_sync(), then step")
-
-
 class MyDDP(nn.Module):
     """Wrap ``module`` so that its gradients are averaged over all ranks.
 
@@ -121,14 +110,17 @@ class MyDDP(nn.Module):
     gradient as a zero gradient instead of raising.
     """
 
-    def __init__(self, module, bucket_cap_mb=25.0, first_bucket_cap_mb=None, broadcast_buffers=True,
-                 find_unused_parameters=False, process_group=None):
+    def __init__(
+        self,
+        module,
+        bucket_cap_mb=25.0,
+        first_bucket_cap_mb=None,
+        broadcast_buffers=True,
+        find_unused_parameters=False,
+        process_group=None,
+    ):
         super().__init__()
-        if not dist.is_initialized():
-            raise RuntimeError("MyDDP needs a process group: build it inside mylib.run_ranks(...), "
-                               "or call mylib.init_from_env() (torchrun) / dist.init_process_group() first")
-        if not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb < 0:
-            raise ValueError(f"bucket_cap_mb must be a number >= 0 (0 = one bucket per parameter), got {bucket_cap_mb!r}")
+        _check_arguments(bucket_cap_mb)
         self.module = module
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
@@ -136,37 +128,45 @@ class MyDDP(nn.Module):
         self.find_unused_parameters = find_unused_parameters
         self.tracer = None  # callable(event, t, **fields): see mylib.tracer
         self._check_same_model_on_every_rank()
+        # Every replica starts from rank 0's weights.
         self._broadcast_from_rank0(t for _, t in self._params_and_buffers())
 
-        # Backward order is roughly the reverse of registration order.
-        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad][::-1]
+        # Buckets in backward order, which is roughly the reverse of
+        # registration order.
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        named = named[::-1]
         if not named:
-            raise ValueError("the module has no parameter that requires grad: there is nothing to synchronise")
-        cap = int(bucket_cap_mb * MB)
-        first_cap = None if first_bucket_cap_mb is None else int(first_bucket_cap_mb * MB)
-        groups = assign_buckets([p.numel() * p.element_size() for _, p in named], cap, first_cap,
-                                keys=[(p.dtype, p.device) for _, p in named])
-        self.buckets = [Bucket(i, [named[j][1] for j in g], [named[j][0] for j in g], i == len(groups) - 1)
-                        for i, g in enumerate(groups)]
-        self._param_ids, self._released = {id(p) for b in self.buckets for p in b.params}, False
-        for old in {id(o): o for o in (_OWNERS.get(i) for i in self._param_ids) if o is not None}.values():
-            old._release()  # an older MyDDP on these parameters (a re-run with another cap): it lets go
-        _OWNERS.update(dict.fromkeys(self._param_ids, self))
-        self._hooks = [p.register_post_accumulate_grad_hook(functools.partial(self._on_grad_ready, b, slot))
-                       for b in self.buckets for slot, p in enumerate(b.params)]
-        # A step on local gradients lets the replicas drift apart silently: check every optimizer step.
-        self._step_guard = register_optimizer_step_pre_hook(functools.partial(_check_step, weakref.ref(self)))
-        weakref.finalize(self, self._step_guard.remove)
+            raise ValueError(
+                "the module has no parameter that requires grad: there is "
+                "nothing to synchronise"
+            )
+        groups = assign_buckets(
+            [p.numel() * p.element_size() for _, p in named],
+            int(bucket_cap_mb * MB),
+            None if first_bucket_cap_mb is None else int(first_bucket_cap_mb * MB),
+            keys=[(p.dtype, p.device) for _, p in named],
+        )
+        self.buckets = [
+            Bucket(i, [named[j][1] for j in g], [named[j][0] for j in g], i == len(groups) - 1)
+            for i, g in enumerate(groups)
+        ]
+        # A hook on every parameter: autograd calls it once .grad is complete.
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(
+                functools.partial(self._on_grad_ready, bucket, slot)
+            )
+            for bucket in self.buckets
+            for slot, p in enumerate(bucket.params)
+        ]
         self._comm_hook, self._comm_state = allreduce_average_hook, process_group
-        self._sync_enabled, self._local_grads = True, False  # _local_grads: no_sync() gradients not yet averaged
+        self._sync_enabled = True  # False inside no_sync()
+        self._local_grads = False  # no_sync() gradients not yet averaged
+        self._install_guard_rails()
         self._reset_iteration()
 
-    # -- the step ---------------------------------------------------------
+    # -- the step -----------------------------------------------------------------
     def forward(self, *args, **kwargs):
-        self._check_not_released()
-        if self._backward_seen:
-            raise RuntimeError("the previous backward's gradients were never synchronised: call "
-                               "finish_gradient_sync() after loss.backward() and before optimizer.step()")
+        self._check_forward()
         if self.broadcast_buffers and self.world_size > 1:
             self._broadcast_from_rank0(self.module.buffers())
         return self.module(*args, **kwargs)
@@ -179,9 +179,7 @@ class MyDDP(nn.Module):
             return  # no_sync(): gradients keep accumulating locally
         if not self._backward_seen:
             self._backward_seen, self.allreduces_in_backward = True, 0
-        if slot in bucket.ready:
-            raise RuntimeError(f"parameter {bucket.names[slot]!r} got a second gradient before finish_gradient_sync(): "
-                               "run one backward per synchronised step (use no_sync() to accumulate micro-steps)")
+        self._check_one_gradient(bucket, slot)
         view = bucket.views[slot]
         if param.grad.data_ptr() != view.data_ptr():
             # First backward, or zero_grad(set_to_none=True): autograd made a
@@ -196,37 +194,22 @@ class MyDDP(nn.Module):
     def _launch_ready_buckets(self):
         # Collectives are matched by order, not by name: every rank must launch
         # bucket 0, then 1, ... even if its gradients arrive in another order.
-        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].is_full():
+        while (
+            self._next_bucket < len(self.buckets)
+            and self.buckets[self._next_bucket].is_full()
+        ):
             bucket = self.buckets[self._next_bucket]
             self._trace("bucket_launch", bucket=bucket.index())
             future = self._comm_hook(self._comm_state, bucket)
             if self.tracer is not None:
-                future.add_done_callback(functools.partial(self._on_bucket_done, bucket.index()))
+                done = functools.partial(self._trace_done, bucket.index())
+                future.add_done_callback(done)
             self._futures.append(future)
             self._next_bucket += 1
 
-    def _on_bucket_done(self, index, _future):
-        self._trace("bucket_done", bucket=index)
-
     def finish_gradient_sync(self):
-        """Wait for every bucket's all-reduce; afterwards ``p.grad`` holds the average over ranks."""
-        if not self._sync_enabled:
-            raise RuntimeError("finish_gradient_sync() was called inside no_sync(), where gradients stay local on "
-                               "purpose: run the last micro-step's forward and backward outside no_sync(), then call it")
-        self._check_not_released()
-        if not self._backward_seen and self._local_grads:
-            raise RuntimeError("every backward since the last sync ran inside no_sync(), so nothing was sent: run "
-                               "the last micro-step's forward and backward outside no_sync(), then call this")
-        if not self._backward_seen:
-            raise RuntimeError("finish_gradient_sync() was called without a backward() since the last call: "
-                               "call it exactly once per step, after loss.backward()")
-        missing = [b.names[s] for b in self.buckets for s in range(len(b.params)) if s not in b.ready]
-        if missing and not self.find_unused_parameters:
-            self._reset_iteration()
-            raise RuntimeError(
-                f"{len(missing)} parameter(s) got no gradient in this backward: {missing[:5]}. Every rank must "
-                "all-reduce every bucket, or the other ranks wait forever. Fix: freeze them "
-                "(p.requires_grad_(False)), remove them from the module, or pass find_unused_parameters=True")
+        """Wait for every bucket's all-reduce; then ``p.grad`` is the average over ranks."""
+        self._check_finish()
         for bucket in self.buckets:  # unused parameters contribute a zero gradient
             for slot, p in enumerate(bucket.params):
                 if slot not in bucket.ready:
@@ -236,7 +219,7 @@ class MyDDP(nn.Module):
         self._launch_ready_buckets()
         for bucket, future in zip(self.buckets, self._futures):
             reduced = future.wait()
-            if reduced.data_ptr() != bucket.flat.data_ptr():  # a hook may return a new tensor
+            if reduced.data_ptr() != bucket.flat.data_ptr():  # a hook may return a copy
                 bucket.flat.copy_(reduced)
         self._reset_iteration()
         self._local_grads = False
@@ -244,10 +227,11 @@ class MyDDP(nn.Module):
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Inside this block backward only accumulates gradients locally (no communication); it may be re-entered."""
-        if self._backward_seen:  # its buckets are in flight; more gradients would race with them
-            raise RuntimeError("no_sync() entered after a backward whose gradients are still being averaged: "
-                               "call finish_gradient_sync() first")
+        """Inside this block backward accumulates gradients locally, sending nothing.
+
+        It may be re-entered. The last micro-step's backward runs outside it.
+        """
+        self._check_no_sync()
         previous, self._sync_enabled = self._sync_enabled, False
         try:
             yield
@@ -255,23 +239,18 @@ class MyDDP(nn.Module):
             self._sync_enabled = previous
 
     def register_comm_hook(self, state, hook):
-        """Replace how a bucket is reduced: ``hook(state, bucket) -> Future`` of the averaged flat tensor."""
+        """Replace how a bucket is reduced, as PyTorch's DDP allows.
+
+        ``hook(state, bucket)`` returns a Future of the averaged flat tensor.
+        """
         if not callable(hook):
-            raise TypeError(f"hook must be callable as hook(state, bucket), got {type(hook).__name__}")
+            raise TypeError(
+                "hook must be callable as hook(state, bucket), got "
+                f"{type(hook).__name__}"
+            )
         self._comm_hook, self._comm_state = hook, state
 
-    # -- helpers ----------------------------------------------------------
-    def _release(self):
-        """Let go of the parameters: remove our hooks (a newer MyDDP wraps them)."""
-        for handle in [*self._hooks, self._step_guard]:
-            handle.remove()
-        self._hooks, self._released = [], True
-
-    def _check_not_released(self):
-        if self._released:
-            raise RuntimeError("this MyDDP was replaced: a newer MyDDP wraps the same parameters (a re-run with "
-                               "another bucket_cap_mb?) and now averages their gradients. Use the newer one")
-
+    # -- plumbing -----------------------------------------------------------------
     def _reset_iteration(self):
         for bucket in self.buckets:
             bucket.ready.clear()
@@ -282,24 +261,162 @@ class MyDDP(nn.Module):
         if self.tracer is not None:
             self.tracer(event, time.perf_counter(), **fields)
 
+    def _trace_done(self, index, _future):
+        self._trace("bucket_done", bucket=index)
+
     def _params_and_buffers(self):
         return [*self.module.named_parameters(), *self.module.named_buffers()]
 
     def _broadcast_from_rank0(self, tensors):
-        src = dist.get_global_rank(self.process_group, 0) if self.process_group is not None else 0
+        group = self.process_group
+        src = dist.get_global_rank(group, 0) if group is not None else 0
         with torch.no_grad():
             for t in tensors:
-                comm.broadcast(t.data, src=src, group=self.process_group)
+                comm.broadcast(t.data, src=src, group=group)
+
+    # -- guard rails: misuse that would hang or silently diverge ------------------
+    def _install_guard_rails(self):
+        self._param_ids = {id(p) for b in self.buckets for p in b.params}
+        self._released = False
+        # An older MyDDP on these parameters (a re-run with another cap) lets go.
+        older = (_OWNERS.get(i) for i in self._param_ids)
+        for old in {id(o): o for o in older if o is not None}.values():
+            old._release()
+        _OWNERS.update(dict.fromkeys(self._param_ids, self))
+        # A step on local gradients lets the replicas drift apart silently:
+        # check every optimizer step in the process.
+        check = functools.partial(_check_step, weakref.ref(self))
+        self._step_guard = register_optimizer_step_pre_hook(check)
+        weakref.finalize(self, self._step_guard.remove)
+
+    def _release(self):
+        """Let go of the parameters: remove our hooks (a newer MyDDP wraps them)."""
+        for handle in [*self._hooks, self._step_guard]:
+            handle.remove()
+        self._hooks, self._released = [], True
+
+    def _check_not_released(self):
+        if self._released:
+            raise RuntimeError(
+                "this MyDDP was replaced: a newer MyDDP wraps the same parameters "
+                "(a re-run with another bucket_cap_mb?) and now averages their "
+                "gradients. Use the newer one"
+            )
+
+    def _check_forward(self):
+        self._check_not_released()
+        if self._backward_seen:
+            raise RuntimeError(
+                "the previous backward's gradients were never synchronised: call "
+                "finish_gradient_sync() after loss.backward() and before "
+                "optimizer.step()"
+            )
+
+    def _check_one_gradient(self, bucket, slot):
+        if slot in bucket.ready:
+            raise RuntimeError(
+                f"parameter {bucket.names[slot]!r} got a second gradient before "
+                "finish_gradient_sync(): run one backward per synchronised step "
+                "(use no_sync() to accumulate micro-steps)"
+            )
+
+    def _check_finish(self):
+        if not self._sync_enabled:
+            raise RuntimeError(
+                "finish_gradient_sync() was called inside no_sync(), where "
+                "gradients stay local on purpose: run the last micro-step's forward "
+                "and backward outside no_sync(), then call it"
+            )
+        self._check_not_released()
+        if not self._backward_seen and self._local_grads:
+            raise RuntimeError(
+                "every backward since the last sync ran inside no_sync(), so nothing "
+                "was sent: run the last micro-step's forward and backward outside "
+                "no_sync(), then call this"
+            )
+        if not self._backward_seen:
+            raise RuntimeError(
+                "finish_gradient_sync() was called without a backward() since the "
+                "last call: call it exactly once per step, after loss.backward()"
+            )
+        missing = [
+            b.names[s] for b in self.buckets for s in range(len(b.params)) if s not in b.ready
+        ]
+        if missing and not self.find_unused_parameters:
+            self._reset_iteration()
+            raise RuntimeError(
+                f"{len(missing)} parameter(s) got no gradient in this backward: "
+                f"{missing[:5]}. Every rank must all-reduce every bucket, or the other "
+                "ranks wait forever. Fix: freeze them (p.requires_grad_(False)), "
+                "remove them from the module, or pass find_unused_parameters=True"
+            )
+
+    def _check_no_sync(self):
+        if self._backward_seen:  # its buckets are in flight: more gradients would race
+            raise RuntimeError(
+                "no_sync() entered after a backward whose gradients are still being "
+                "averaged: call finish_gradient_sync() first"
+            )
 
     def _check_same_model_on_every_rank(self):
         # A mismatch would otherwise surface as a hang or a garbled broadcast.
-        mine = [(name, tuple(t.shape), str(t.dtype)) for name, t in self._params_and_buffers()]
+        mine = [(n, tuple(t.shape), str(t.dtype)) for n, t in self._params_and_buffers()]
         everyone = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.process_group)
         for rank, theirs in enumerate(everyone):
             if theirs != everyone[0]:
-                detail = next((f"{a[0]!r} is {a[1:]} on rank 0 but {b[0]!r} is {b[1:]} on rank {rank}"
-                               for a, b in zip(everyone[0], theirs) if a != b),
-                              f"rank 0 has {len(everyone[0])} tensors, rank {rank} has {len(theirs)}")
-                raise ValueError(f"the module differs across ranks: {detail}. Every rank must build the same "
-                                 "model (same layers, shapes and dtypes) before wrapping it in MyDDP")
+                detail = next(
+                    (
+                        f"{a[0]!r} is {a[1:]} on rank 0 but {b[0]!r} is {b[1:]} "
+                        f"on rank {rank}"
+                        for a, b in zip(everyone[0], theirs)
+                        if a != b
+                    ),
+                    f"rank 0 has {len(everyone[0])} tensors, rank {rank} has "
+                    f"{len(theirs)}",
+                )
+                raise ValueError(
+                    f"the module differs across ranks: {detail}. Every rank must "
+                    "build the same model (same layers, shapes and dtypes) before "
+                    "wrapping it in MyDDP"
+                )
+
+
+def _check_arguments(bucket_cap_mb):
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "MyDDP needs a process group: build it inside mylib.run_ranks(...), or "
+            "call mylib.init_from_env() (torchrun) / dist.init_process_group() first"
+        )
+    if not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb < 0:
+        raise ValueError(
+            "bucket_cap_mb must be a number >= 0 (0 = one bucket per parameter), "
+            f"got {bucket_cap_mb!r}"
+        )
+
+
+_OWNERS = weakref.WeakValueDictionary()  # id(parameter) -> the MyDDP hooked on it
+
+
+def _check_step(model_ref, optimizer, args, kwargs):
+    """Before every optimizer step in the process: refuse unaveraged gradients."""
+    model = model_ref()
+    if model is None or model._released:
+        return
+    if not (model._backward_seen or model._local_grads):
+        return
+    mine = model._param_ids
+    if not any(id(p) in mine for g in optimizer.param_groups for p in g["params"]):
+        return  # another model's optimizer
+    if model._backward_seen:
+        raise RuntimeError(
+            "optimizer.step() before finish_gradient_sync(): some buckets may still "
+            "be in flight. Call model.finish_gradient_sync() after loss.backward() "
+            "and before optimizer.step()"
+        )
+    raise RuntimeError(
+        "optimizer.step() on gradients accumulated inside no_sync() and never "
+        "averaged: each rank would take its own step and the replicas would drift "
+        "apart. Run the last micro-step's backward outside no_sync(), call "
+        "finish_gradient_sync(), then step"
+    )
