@@ -1,4 +1,5 @@
-"""Sphinx extension behind the benchmarks page: ``{bench-results}`` shows ``make bench``'s figures.
+"""Sphinx extension behind the benchmarks page: ``{bench-results}`` shows ``make
+bench``'s figures.
 
 ``make bench`` measures on the reader's machine and writes one JSON file per
 benchmark into ``bench-results/`` (gitignored). The page must show those
@@ -87,16 +88,30 @@ def _tables_of(result):
     for t in result.get("tables", []):
         tables.append((t.get("title"), t["columns"], t["rows"], t.get("note")))
     for key, value in result.items():
-        if key != "tables" and isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        if (
+            key != "tables"
+            and isinstance(value, list)
+            and value
+            and all(isinstance(v, dict) for v in value)
+        ):
             columns = list(dict.fromkeys(k for row in value for k in row))
-            tables.append((key.replace("_", " "), columns, [[row.get(c) for c in columns] for row in value], None))
+            tables.append(
+                (
+                    key.replace("_", " "),
+                    columns,
+                    [[row.get(c) for c in columns] for row in value],
+                    None,
+                )
+            )
     return tables
 
 
 def render_result(result, filename, document):
     """One benchmark result as a section: summary, machine, tables."""
     title = result.get("title") or os.path.splitext(filename)[0].replace("_", " ")
-    section = nodes.section(ids=[nodes.make_id("bench-" + os.path.splitext(filename)[0])])
+    section = nodes.section(
+        ids=[nodes.make_id("bench-" + os.path.splitext(filename)[0])]
+    )
     section += nodes.title(text=title)
     if result.get("summary"):
         section += nodes.paragraph(text=result["summary"])
@@ -106,7 +121,13 @@ def render_result(result, filename, document):
     for key, value in result.get("machine", {}).items():
         about[key] = value
     for key, value in result.items():
-        if key not in ("title", "summary", "date", "machine", "tables") and not isinstance(value, (list, dict)):
+        if key not in (
+            "title",
+            "summary",
+            "date",
+            "machine",
+            "tables",
+        ) and not isinstance(value, (list, dict)):
             about[key] = value
     about["file"] = f"{RESULTS_DIR}/{filename}"
     section += _field_list(about)
@@ -126,15 +147,24 @@ class BenchResults(Directive):
 
     def run(self):
         env = self.state.document.settings.env
-        env.bench_results_docs = getattr(env, "bench_results_docs", set()) | {env.docname}
-        results_dir = os.path.join(env.app.confdir, self.options.get("dir", RESULTS_DIR))
-        files = sorted(f for f in os.listdir(results_dir) if f.endswith(".json")) if os.path.isdir(results_dir) else []
+        env.bench_results_docs = getattr(env, "bench_results_docs", set()) | {
+            env.docname
+        }
+        results_dir = os.path.join(
+            env.app.confdir, self.options.get("dir", RESULTS_DIR)
+        )
+        files = (
+            sorted(f for f in os.listdir(results_dir) if f.endswith(".json"))
+            if os.path.isdir(results_dir)
+            else []
+        )
         if not files:
             note = nodes.admonition(classes=["note"])
             note += nodes.title(text="No measurements yet")
             note += nodes.paragraph(
                 text="This copy of the book was built before `make bench` ran. Run `make bench` and then "
-                "`make book`: this page then shows the figures measured on your machine.")
+                "`make book`: this page then shows the figures measured on your machine."
+            )
             return [note]
         out = []
         for filename in files:
@@ -144,7 +174,9 @@ class BenchResults(Directive):
                 with open(path) as f:
                     result = json.load(f)
             except (OSError, ValueError) as exc:
-                error = nodes.paragraph(text=f"{RESULTS_DIR}/{filename} could not be read ({exc}); run `make bench` again.")
+                error = nodes.paragraph(
+                    text=f"{RESULTS_DIR}/{filename} could not be read ({exc}); run `make bench` again."
+                )
                 out.append(error)
                 continue
             out.append(render_result(result, filename, self.state.document))
@@ -157,7 +189,9 @@ def _always_reread(app, env, added, changed, removed):
 
 
 def _merge(app, env, docnames, other):
-    env.bench_results_docs = getattr(env, "bench_results_docs", set()) | getattr(other, "bench_results_docs", set())
+    env.bench_results_docs = getattr(env, "bench_results_docs", set()) | getattr(
+        other, "bench_results_docs", set()
+    )
 
 
 def setup(app):

@@ -18,9 +18,9 @@ browser runs them), ``mylib.figures`` (what goes on a page) and
 imports ``figures`` or ``experiments`` (``tests/test_layering.py``).
 """
 
+from mylib.ddp import MyDDP
 from mylib.launch import RankError, RankTimeout, run_ranks
 from mylib.torchrun import current_device, init_from_env
-from mylib.ddp import MyDDP
 from mylib.zero1 import ShardedOptimizer
 from mylib.zero2 import ShardedGradOptimizer
 from mylib.zero3 import ShardedModel

@@ -53,13 +53,15 @@ def average_gradients(module, group=None):
                 f"{dist.get_rank()}: it was not used in the loss. Freeze "
                 f"it (param.requires_grad_(False)) or give it a zero "
                 f"gradient, so that every rank all-reduces the same "
-                f"tensors.")
+                f"tensors."
+            )
         comm.all_reduce(param.grad, group=group)
         param.grad.div_(world)
 
 
 def max_replica_difference(module, group=None):
-    """Largest ``|w_rank - w_rank0|`` over all parameters and ranks: 0.0 when the replicas are identical.
+    """Largest ``|w_rank - w_rank0|`` over all parameters and ranks: 0.0 when the
+    replicas are identical.
 
     Every rank calls it and gets the same number.
     """
@@ -69,7 +71,13 @@ def max_replica_difference(module, group=None):
             if param.numel() == 0:
                 continue
             reference = param.detach().clone()
-            dist.broadcast(reference, dist.get_global_rank(group, 0) if group is not None else 0, group=group)
-            worst = torch.maximum(worst, (param.detach() - reference).abs().max().double())
+            dist.broadcast(
+                reference,
+                dist.get_global_rank(group, 0) if group is not None else 0,
+                group=group,
+            )
+            worst = torch.maximum(
+                worst, (param.detach() - reference).abs().max().double()
+            )
     dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=group)
     return worst.item()

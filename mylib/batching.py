@@ -32,25 +32,31 @@ def check_shards(shards, dataset_len):
     counts = Counter(i for shard in shards for i in shard)
     outside = sorted(i for i in counts if not 0 <= i < dataset_len)
     if outside:
-        raise ValueError(f"shards hold indices outside "
-                         f"range({dataset_len}): {outside[:5]}")
+        raise ValueError(
+            f"shards hold indices outside range({dataset_len}): {outside[:5]}"
+        )
     read_twice = sorted(i for i, c in counts.items() if c > 1)
     missing = sorted(set(range(dataset_len)) - set(counts))
-    return ShardCheck(not read_twice, not missing, read_twice, missing,
-                      [len(s) for s in shards])
+    return ShardCheck(
+        not read_twice, not missing, read_twice, missing, [len(s) for s in shards]
+    )
 
 
 def global_batch_size(micro_batch, accumulation_steps, world_size):
     """Examples per optimizer step: ``micro_batch x accumulation_steps x world_size``."""
-    for name, value in (("micro_batch", micro_batch), ("accumulation_steps", accumulation_steps),
-                        ("world_size", world_size)):
+    for name, value in (
+        ("micro_batch", micro_batch),
+        ("accumulation_steps", accumulation_steps),
+        ("world_size", world_size),
+    ):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     return micro_batch * accumulation_steps * world_size
 
 
 def accumulation_steps_for(global_batch, micro_batch, world_size):
-    """How many micro-batches each rank accumulates to reach ``global_batch`` examples per step.
+    """How many micro-batches each rank accumulates to reach ``global_batch`` examples
+    per step.
 
     Raises ``ValueError`` naming the nearest batch sizes that work when
     ``micro_batch x world_size`` does not divide ``global_batch``.
@@ -62,5 +68,6 @@ def accumulation_steps_for(global_batch, micro_batch, world_size):
         raise ValueError(
             f"a global batch of {global_batch} is not a whole number of passes of micro_batch x world_size = "
             f"{micro_batch} x {world_size} = {per_pass}: use a global batch of "
-            f"{' or '.join(str(b) for b in nearest)}, or change the micro-batch")
+            f"{' or '.join(str(b) for b in nearest)}, or change the micro-batch"
+        )
     return steps

@@ -32,7 +32,8 @@ from collections import Counter
 
 import torch.distributed as dist
 
-_active = []  # the CommStats being filled; nested count_bytes() blocks all see each call
+# the CommStats being filled; nested count_bytes() blocks all see each call
+_active = []
 
 
 class CommStats:
@@ -100,17 +101,22 @@ def irecv(tensor, src=None, group=None, tag=0):
 
 
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-    """``dist.all_reduce``, counting 2 (n-1)/n x bytes (ring: reduce-scatter, then all-gather)."""
+    """``dist.all_reduce``, counting 2 (n-1)/n x bytes (ring: reduce-scatter, then
+    all-gather)."""
     n = _world(group)
     _record("all_reduce", 2 * (n - 1) * nbytes(tensor) // n)
     return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
 
 
-def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+def reduce_scatter_tensor(
+    output, input, op=dist.ReduceOp.SUM, group=None, async_op=False
+):
     """``dist.reduce_scatter_tensor``, counting (n-1)/n x the input's bytes."""
     n = _world(group)
     _record("reduce_scatter", (n - 1) * nbytes(input) // n)
-    return dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op)
+    return dist.reduce_scatter_tensor(
+        output, input, op=op, group=group, async_op=async_op
+    )
 
 
 def all_gather_into_tensor(output, input, group=None, async_op=False):
@@ -120,7 +126,8 @@ def all_gather_into_tensor(output, input, group=None, async_op=False):
 
 
 def broadcast(tensor, src, group=None, async_op=False):
-    """``dist.broadcast``, counting the bytes a pipelined ring broadcast sends from this rank.
+    """``dist.broadcast``, counting the bytes a pipelined ring broadcast sends from this
+    rank.
 
     Every rank forwards the tensor to its successor except the one whose
     successor is the root.

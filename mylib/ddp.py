@@ -147,7 +147,12 @@ class MyDDP(nn.Module):
             keys=[(p.dtype, p.device) for _, p in named],
         )
         self.buckets = [
-            Bucket(i, [named[j][1] for j in g], [named[j][0] for j in g], i == len(groups) - 1)
+            Bucket(
+                i,
+                [named[j][1] for j in g],
+                [named[j][0] for j in g],
+                i == len(groups) - 1,
+            )
             for i, g in enumerate(groups)
         ]
         # A hook on every parameter: autograd calls it once .grad is complete.
@@ -208,7 +213,8 @@ class MyDDP(nn.Module):
             self._next_bucket += 1
 
     def finish_gradient_sync(self):
-        """Wait for every bucket's all-reduce; then ``p.grad`` is the average over ranks."""
+        """Wait for every bucket's all-reduce; then ``p.grad`` is the average over
+        ranks."""
         self._check_finish()
         for bucket in self.buckets:  # unused parameters contribute a zero gradient
             for slot, p in enumerate(bucket.params):
@@ -340,7 +346,10 @@ class MyDDP(nn.Module):
                 "last call: call it exactly once per step, after loss.backward()"
             )
         missing = [
-            b.names[s] for b in self.buckets for s in range(len(b.params)) if s not in b.ready
+            b.names[s]
+            for b in self.buckets
+            for s in range(len(b.params))
+            if s not in b.ready
         ]
         if missing and not self.find_unused_parameters:
             self._reset_iteration()
@@ -360,7 +369,9 @@ class MyDDP(nn.Module):
 
     def _check_same_model_on_every_rank(self):
         # A mismatch would otherwise surface as a hang or a garbled broadcast.
-        mine = [(n, tuple(t.shape), str(t.dtype)) for n, t in self._params_and_buffers()]
+        mine = [
+            (n, tuple(t.shape), str(t.dtype)) for n, t in self._params_and_buffers()
+        ]
         everyone = [None] * self.world_size
         dist.all_gather_object(everyone, mine, group=self.process_group)
         for rank, theirs in enumerate(everyone):

@@ -32,8 +32,9 @@ def replica_drift(module, group=None):
     synchronised (BatchNorm statistics, chapter 8).
     """
     named = [(f"param {n}", t) for n, t in module.named_parameters()]
-    named += [(f"buffer {n}", t) for n, t in module.named_buffers()
-              if t.is_floating_point()]
+    named += [
+        (f"buffer {n}", t) for n, t in module.named_buffers() if t.is_floating_point()
+    ]
     src = dist.get_global_rank(group, 0) if group is not None else 0
     drift = {}
     for name, tensor in named:
@@ -63,9 +64,13 @@ def shard_report(indices, dataset_size, group=None):
     several = sorted(i for i, ranks in owners.items() if len(ranks) > 1)
     twice = sorted({i for mine in everyone for i in mine if mine.count(i) > 1})
     never = sorted(set(range(dataset_size)) - set(owners))
-    return {"per_rank": [len(mine) for mine in everyone],
-            "read_by_several": several, "read_twice_by_one": twice,
-            "never_read": never, "disjoint": not several and not never}
+    return {
+        "per_rank": [len(mine) for mine in everyone],
+        "read_by_several": several,
+        "read_twice_by_one": twice,
+        "never_read": never,
+        "disjoint": not several and not never,
+    }
 
 
 def checked_group(ranks=None):
@@ -84,10 +89,13 @@ def checked_group(ranks=None):
 
 
 def who_is_missing(timeout_s=5.0, group=None):
-    """A barrier that, after ``timeout_s``, raises naming the ranks that did not reach it (gloo only).
+    """A barrier that, after ``timeout_s``, raises naming the ranks that did not reach
+    it (gloo only).
 
     Rank 0 waits for every other rank and reports all the missing ones
     (``monitored_barrier(wait_all_ranks=True)``); the other ranks raise too.
     Returns None when everyone arrived.
     """
-    dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=timeout_s), wait_all_ranks=True)
+    dist.monitored_barrier(
+        group=group, timeout=datetime.timedelta(seconds=timeout_s), wait_all_ranks=True
+    )

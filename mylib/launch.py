@@ -50,7 +50,9 @@ class RankError(RuntimeError):
     def __init__(self, rank, message, rank_traceback=""):
         self.rank = rank
         self.rank_traceback = rank_traceback
-        super().__init__(f"rank {rank} failed: {message}\n\n--- traceback of rank {rank} ---\n{rank_traceback}")
+        super().__init__(
+            f"rank {rank} failed: {message}\n\n--- traceback of rank {rank} ---\n{rank_traceback}"
+        )
 
 
 class RankTimeout(TimeoutError):
@@ -58,15 +60,27 @@ class RankTimeout(TimeoutError):
 
     def __init__(self, timeout_s, stuck):
         self.stuck = stuck
-        where = "\n".join(f"--- rank {r} was here ---\n{stack}" for r, stack in sorted(stuck.items()))
+        where = "\n".join(
+            f"--- rank {r} was here ---\n{stack}" for r, stack in sorted(stuck.items())
+        )
         super().__init__(
             f"ranks {sorted(stuck)} did not finish within {timeout_s:g} s. A common cause is ranks calling "
             f"different collectives (or the same ones in a different order). Where each stuck rank was:\n{where}"
         )
 
 
-def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout_s=60.0, show_output=True):
-    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return their results in rank order.
+def run_ranks(
+    fn,
+    world_size=2,
+    args=(),
+    kwargs=None,
+    *,
+    backend="gloo",
+    timeout_s=60.0,
+    show_output=True,
+):
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return their results in rank
+    order.
 
     Each rank is a fresh process inside an initialised process group
     (``dist.get_rank()`` works in ``fn``). ``backend`` is ``"gloo"`` (CPU) or
@@ -78,7 +92,9 @@ def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout
     ``timeout_s`` seconds. Either way every rank is stopped before it returns.
     """
     if not callable(fn):
-        raise TypeError(f"run_ranks needs a function to run on each rank, got {type(fn).__name__}")
+        raise TypeError(
+            f"run_ranks needs a function to run on each rank, got {type(fn).__name__}"
+        )
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if backend not in ("gloo", "nccl"):
@@ -89,12 +105,19 @@ def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout
             f"{torch.cuda.device_count()} GPUs. Use backend='gloo' to run on the CPU."
         )
     ctx = _context()
-    # sys.path travels too: fn may live in a module only the caller can import (a test folder, say).
+    # sys.path travels too: fn may live in a module only the caller can import (a test
+    # folder, say).
     payload = (list(sys.path), cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))))
     # The parent owns the rendezvous store: port 0 lets the OS choose a free
     # port, and holding it open means no other launch can grab it meanwhile.
-    store = dist.TCPStore(HOST, 0, world_size + 1, is_master=True,
-                          timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    store = dist.TCPStore(
+        HOST,
+        0,
+        world_size + 1,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
     log_dir = tempfile.mkdtemp(prefix="mylib-ranks-")
     results_q = ctx.Queue()
     procs = []
@@ -102,9 +125,18 @@ def run_ranks(fn, world_size=2, args=(), kwargs=None, *, backend="gloo", timeout
         for rank in range(world_size):
             with _main_module_hidden():
                 p = ctx.Process(
-                target=_rank_main,
-                    args=(rank, world_size, backend, store.port, timeout_s, payload, results_q,
-                          os.path.join(log_dir, f"rank{rank}.log"), os.getpid()),
+                    target=_rank_main,
+                    args=(
+                        rank,
+                        world_size,
+                        backend,
+                        store.port,
+                        timeout_s,
+                        payload,
+                        results_q,
+                        os.path.join(log_dir, f"rank{rank}.log"),
+                        os.getpid(),
+                    ),
                     daemon=True,
                 )
                 p.start()
@@ -156,7 +188,11 @@ def _main_module_hidden():
     ``fn`` by value, so the child needs nothing from ``__main__``.
     """
     main = sys.modules.get("__main__")
-    saved = {name: getattr(main, name) for name in ("__file__", "__spec__") if hasattr(main, name)}
+    saved = {
+        name: getattr(main, name)
+        for name in ("__file__", "__spec__")
+        if hasattr(main, name)
+    }
     try:
         if main is not None:
             main.__spec__ = None
@@ -182,7 +218,9 @@ def _collect(procs, results_q, timeout_s, log_dir):
                 if outputs[rank] is None and p.exitcode is not None:
                     # Give a result already in the pipe a moment to arrive.
                     if now - died_at.setdefault(rank, now) > 1.0:
-                        raise RankError(rank, _describe_exit(p.exitcode), _log_tail(log_dir, rank))
+                        raise RankError(
+                            rank, _describe_exit(p.exitcode), _log_tail(log_dir, rank)
+                        )
             if now > deadline:
                 stuck = [r for r, o in enumerate(outputs) if o is None]
                 raise RankTimeout(timeout_s, _stacks_of(procs, stuck, log_dir))
@@ -194,8 +232,14 @@ def _collect(procs, results_q, timeout_s, log_dir):
 
 
 # What a rank says when it is a victim, not the cause: its peer went away.
-_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Read error", "Socket closed",
-              "Broken pipe", "Timed out waiting")
+_PEER_LOST = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Read error",
+    "Socket closed",
+    "Broken pipe",
+    "Timed out waiting",
+)
 
 
 def _root_cause(procs, results_q, log_dir, errors, grace_s=1.0):
@@ -213,12 +257,24 @@ def _root_cause(procs, results_q, log_dir, errors, grace_s=1.0):
                 errors[rank] = (body, printed)
         except queue.Empty:
             pass
-    silent = [r for r, p in enumerate(procs) if r not in errors and p.exitcode not in (None, 0)]
+    silent = [
+        r
+        for r, p in enumerate(procs)
+        if r not in errors and p.exitcode not in (None, 0)
+    ]
     if silent:
-        return RankError(silent[0], _describe_exit(procs[silent[0]].exitcode), _log_tail(log_dir, silent[0]))
-    causes = [r for r, (body, _) in errors.items() if not any(s in body for s in _PEER_LOST)] or list(errors)
+        return RankError(
+            silent[0],
+            _describe_exit(procs[silent[0]].exitcode),
+            _log_tail(log_dir, silent[0]),
+        )
+    causes = [
+        r for r, (body, _) in errors.items() if not any(s in body for s in _PEER_LOST)
+    ] or list(errors)
     body, printed = errors[causes[0]]
-    return RankError(causes[0], body.strip().splitlines()[-1], body + _printed_note(printed))
+    return RankError(
+        causes[0], body.strip().splitlines()[-1], body + _printed_note(printed)
+    )
 
 
 def _describe_exit(exitcode):
@@ -245,16 +301,25 @@ def _stacks_of(procs, ranks, log_dir):
     for r in ranks:
         if procs[r].is_alive():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(procs[r].pid, signal.SIGUSR1)  # faulthandler dumps its stack to the log
+                os.kill(
+                    procs[r].pid, signal.SIGUSR1
+                )  # faulthandler dumps its stack to the log
     # A busy machine can take a while to deliver the signal and write the dump.
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and not all(
-            "Stack (most recent call first)" in _log_tail(log_dir, r) or not procs[r].is_alive() for r in ranks):
+        "Stack (most recent call first)" in _log_tail(log_dir, r)
+        or not procs[r].is_alive()
+        for r in ranks
+    ):
         time.sleep(0.05)
     stacks = {}
     for r in ranks:
         tail = _log_tail(log_dir, r, max_chars=20000)
-        start = tail.rfind("Thread 0x") if "Current thread" not in tail else tail.rfind("Current thread")
+        start = (
+            tail.rfind("Thread 0x")
+            if "Current thread" not in tail
+            else tail.rfind("Current thread")
+        )
         stack = tail[start:] if start >= 0 else tail
         # The frames below fn are the launcher's and multiprocessing's own.
         cut = stack.find(f'File "{__file__}"')
@@ -275,7 +340,9 @@ def _stop(procs):
             p.join()
 
 
-def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, log_path, parent_pid):
+def _rank_main(
+    rank, world_size, backend, port, timeout_s, payload, results_q, log_path, parent_pid
+):
     """Body of one rank's process: join the group, run fn, report back."""
     log = open(log_path, "w", buffering=1)
     # C-level output (gloo, NCCL) goes to the log, shown only on failure.
@@ -283,8 +350,13 @@ def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, l
     os.dup2(log.fileno(), 2)
     faulthandler.register(signal.SIGUSR1, file=log, all_threads=False)
     _exit_with_parent(parent_pid)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
-                      MASTER_ADDR=HOST, MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR=HOST,
+        MASTER_PORT=str(port),
+    )
     # N ranks share the cores: one thread pool per rank would oversubscribe them.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     printed = io.StringIO()
@@ -298,8 +370,12 @@ def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, l
             # gloo's own timeout comes later than the caller's, so that a hang ends in
             # RankTimeout with every rank's stack rather than in one rank's gloo error.
             timeout = datetime.timedelta(seconds=timeout_s + 60)
-            store = dist.TCPStore(HOST, port, world_size + 1, is_master=False, timeout=timeout)
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+            store = dist.TCPStore(
+                HOST, port, world_size + 1, is_master=False, timeout=timeout
+            )
+            dist.init_process_group(
+                backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+            )
             # gloo connects the mesh lazily on some ranks: without this barrier a
             # rank whose fn needs no collective could exit while a peer still connects.
             dist.barrier()
@@ -317,11 +393,13 @@ def _rank_main(rank, world_size, backend, port, timeout_s, payload, results_q, l
 
 def _exit_with_parent(parent_pid):
     """Never outlive the caller, even if it is killed with SIGKILL."""
+
     def watch():
         while True:
             if not _parent_alive(parent_pid):
                 os._exit(1)
             time.sleep(0.5)
+
     threading.Thread(target=watch, daemon=True).start()
 
 

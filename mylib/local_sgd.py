@@ -34,7 +34,8 @@ from mylib import comm
 
 
 class LocalSGD:
-    """Step ``optimizer`` locally; every ``sync_every`` steps average ``module``'s parameters over ranks.
+    """Step ``optimizer`` locally; every ``sync_every`` steps average ``module``'s
+    parameters over ranks.
 
     Rank 0's parameters are broadcast at construction, so the ranks start
     equal. Optimizer state (momentum, Adam's moments) stays local, as in
@@ -43,11 +44,15 @@ class LocalSGD:
 
     def __init__(self, module, optimizer, sync_every, process_group=None):
         if not dist.is_initialized():
-            raise RuntimeError("LocalSGD needs a process group: build it inside mylib.run_ranks(...) "
-                               "or after dist.init_process_group()")
+            raise RuntimeError(
+                "LocalSGD needs a process group: build it inside mylib.run_ranks(...) "
+                "or after dist.init_process_group()"
+            )
         if not isinstance(sync_every, int) or sync_every < 1:
-            raise ValueError(f"sync_every must be a whole number of steps >= 1, got {sync_every!r} "
-                             "(1 averages after every step, like synchronous data parallelism)")
+            raise ValueError(
+                f"sync_every must be a whole number of steps >= 1, got {sync_every!r} "
+                "(1 averages after every step, like synchronous data parallelism)"
+            )
         self.module, self.optimizer, self.sync_every = module, optimizer, sync_every
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
@@ -80,9 +85,12 @@ class LocalSGD:
 
 
 def bytes_per_step(param_bytes, world_size, sync_every):
-    """Bytes one rank sends per optimizer step, averaged over a period: ``2(n-1)/n x P / H`` (ring)."""
+    """Bytes one rank sends per optimizer step, averaged over a period: ``2(n-1)/n x P /
+    H`` (ring)."""
     if sync_every < 1 or world_size < 1:
-        raise ValueError(f"need sync_every >= 1 and world_size >= 1, got {sync_every} and {world_size}")
+        raise ValueError(
+            f"need sync_every >= 1 and world_size >= 1, got {sync_every} and {world_size}"
+        )
     return 2 * (world_size - 1) / world_size * param_bytes / sync_every
 
 
@@ -115,5 +123,5 @@ def stale_gradient_sgd(model, batches, lr, delay, loss_fn):
             for p, g in zip(model.parameters(), grads):
                 p.add_(g, alpha=-lr)
         history.append([p.detach().clone() for p in model.parameters()])
-        del history[:-(delay + 1)]  # only the last delay + 1 versions are needed
+        del history[: -(delay + 1)]  # only the last delay + 1 versions are needed
     return losses

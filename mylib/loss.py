@@ -41,8 +41,9 @@ def global_mean_loss(loss_sum, count, group=None):
     ``loss_sum * 0`` (zero loss, zero gradient) instead of dividing by zero.
     """
     if int(count) < 0:
-        raise ValueError(f"count is a number of items and cannot be "
-                         f"negative, got {count}")
+        raise ValueError(
+            f"count is a number of items and cannot be negative, got {count}"
+        )
     total = global_count(count, group)
     if total == 0:
         return loss_sum * 0
@@ -63,9 +64,13 @@ def token_mean_cross_entropy(logits, labels, ignore_index=-100, group=None):
         raise ValueError(
             f"logits {tuple(logits.shape)} and labels "
             f"{tuple(labels.shape)} do not match: logits need the labels' "
-            f"shape plus a last dimension for the vocabulary")
-    loss_sum = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                               labels.reshape(-1),
-                               ignore_index=ignore_index, reduction="sum")
+            f"shape plus a last dimension for the vocabulary"
+        )
+    loss_sum = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        labels.reshape(-1),
+        ignore_index=ignore_index,
+        reduction="sum",
+    )
     count = (labels != ignore_index).sum()
     return global_mean_loss(loss_sum, count, group)

@@ -47,34 +47,59 @@ from mylib.ddp import allreduce_average_hook
 
 
 class PowerSGDState:
-    """The settings of PowerSGD and what it remembers between steps (errors, last Q per bucket)."""
+    """The settings of PowerSGD and what it remembers between steps (errors, last Q per
+    bucket)."""
 
-    def __init__(self, process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=10,
-                 min_compression_rate=2.0, use_error_feedback=True, warm_start=True, random_seed=0):
-        if not isinstance(matrix_approximation_rank, int) or matrix_approximation_rank < 1:
-            raise ValueError(f"matrix_approximation_rank must be an int >= 1 (1 to 4 is usual), "
-                             f"got {matrix_approximation_rank!r}")
+    def __init__(
+        self,
+        process_group=None,
+        matrix_approximation_rank=1,
+        start_powerSGD_iter=10,
+        min_compression_rate=2.0,
+        use_error_feedback=True,
+        warm_start=True,
+        random_seed=0,
+    ):
+        if (
+            not isinstance(matrix_approximation_rank, int)
+            or matrix_approximation_rank < 1
+        ):
+            raise ValueError(
+                f"matrix_approximation_rank must be an int >= 1 (1 to 4 is usual), "
+                f"got {matrix_approximation_rank!r}"
+            )
         if not isinstance(start_powerSGD_iter, int) or start_powerSGD_iter < 0:
-            raise ValueError(f"start_powerSGD_iter must be an int >= 0 (steps of plain all-reduce first), "
-                             f"got {start_powerSGD_iter!r}")
+            raise ValueError(
+                f"start_powerSGD_iter must be an int >= 0 (steps of plain all-reduce first), "
+                f"got {start_powerSGD_iter!r}"
+            )
         if not min_compression_rate > 0:
-            raise ValueError(f"min_compression_rate must be > 0, got {min_compression_rate!r}")
+            raise ValueError(
+                f"min_compression_rate must be > 0, got {min_compression_rate!r}"
+            )
         self.process_group = process_group
         self.matrix_approximation_rank = matrix_approximation_rank
         self.start_powerSGD_iter = start_powerSGD_iter
         self.min_compression_rate = min_compression_rate
         self.use_error_feedback = use_error_feedback
         self.warm_start = warm_start
-        # The random start of Q: one seed per bucket drawn from this stream, as PyTorch does.
+        # The random start of Q: one seed per bucket drawn from this stream, as PyTorch
+        # does.
         self.rng = np.random.RandomState(random_seed)
-        self.error_dict = {}  # bucket index -> what the approximation missed last time (flat, on this rank)
+        # bucket index -> what the approximation missed last time (flat, on this rank)
+        self.error_dict = {}
         self.q_memory_dict = {}  # bucket index -> last step's Qs (flat), the warm start
         self.iter = 0  # steps seen (counted at each step's last bucket)
-        self.numel_before = self.numel_after = 0  # numbers to send without and with compression, all steps
+        self.numel_before = self.numel_after = (
+            0  # numbers to send without and with compression, all steps
+        )
 
     def compression_rate(self):
-        """Numbers a plain all-reduce would have sent over numbers sent, over the compressed steps so far."""
-        return self.numel_before / self.numel_after if self.numel_after else float("nan")
+        """Numbers a plain all-reduce would have sent over numbers sent, over the
+        compressed steps so far."""
+        return (
+            self.numel_before / self.numel_after if self.numel_after else float("nan")
+        )
 
     def maybe_increase_iter(self, bucket):
         """Count a step when its last bucket goes by."""
@@ -90,14 +115,15 @@ def orthonormalize_(matrix):
     """
     tiny = torch.finfo(matrix.dtype).tiny
     for i in range(matrix.shape[1]):
-        column = matrix[:, i:i + 1]
+        column = matrix[:, i : i + 1]
         column /= column.norm().clamp_min(tiny)
-        rest = matrix[:, i + 1:]
+        rest = matrix[:, i + 1 :]
         rest -= (column * rest).sum(dim=0, keepdim=True) * column
 
 
 def compression_plan(gradients, state):
-    """Split a bucket's gradients: ``(matrix view, rank)`` pairs to compress, and the rest to send as they are."""
+    """Split a bucket's gradients: ``(matrix view, rank)`` pairs to compress, and the
+    rest to send as they are."""
     compress, plain = [], []
     for grad in gradients:
         matrix = grad.view(grad.shape[0], -1) if grad.dim() > 0 else grad.view(1, 1)
@@ -114,13 +140,14 @@ def _views(flat, shapes):
     """Consecutive views of ``flat`` with the given 2-D shapes."""
     views, offset = [], 0
     for rows, cols in shapes:
-        views.append(flat[offset:offset + rows * cols].view(rows, cols))
+        views.append(flat[offset : offset + rows * cols].view(rows, cols))
         offset += rows * cols
     return views
 
 
 def powersgd_hook(state, bucket):
-    """Average ``bucket`` over ranks with PowerSGD: a future of the bucket, holding the approximated average."""
+    """Average ``bucket`` over ranks with PowerSGD: a future of the bucket, holding the
+    approximated average."""
     group = state.process_group
     world = dist.get_world_size(group)
     flat = bucket.buffer()
@@ -130,12 +157,17 @@ def powersgd_hook(state, bucket):
     index = bucket.index()
     if state.use_error_feedback:
         flat.add_(state.error_dict.setdefault(index, torch.zeros_like(flat)))
-        corrected = flat.clone()  # what we want to send; minus what arrives is next step's error
+        corrected = (
+            flat.clone()
+        )  # what we want to send; minus what arrives is next step's error
     compress, plain = compression_plan(bucket.gradients(), state)
     state.numel_before += flat.numel()
-    state.numel_after += sum(g.numel() for g in plain) + sum((m.shape[0] + m.shape[1]) * r for m, r in compress)
+    state.numel_after += sum(g.numel() for g in plain) + sum(
+        (m.shape[0] + m.shape[1]) * r for m, r in compress
+    )
 
-    # P and Q of all the bucket's matrices live in one flat tensor each: one all-reduce for all of them.
+    # P and Q of all the bucket's matrices live in one flat tensor each: one all-reduce
+    # for all of them.
     p_flat = flat.new_empty(sum(m.shape[0] * r for m, r in compress))
     ps = _views(p_flat, [(m.shape[0], r) for m, r in compress])
     q_shapes = [(m.shape[1], r) for m, r in compress]
@@ -150,7 +182,9 @@ def powersgd_hook(state, bucket):
         orthonormalize_(q)
 
     plain_flat = torch.cat([g.reshape(-1) for g in plain]) if plain else None
-    plain_work = comm.all_reduce(plain_flat, group=group, async_op=True) if plain else None
+    plain_work = (
+        comm.all_reduce(plain_flat, group=group, async_op=True) if plain else None
+    )
     for (matrix, _), p, q in zip(compress, ps, qs):
         torch.matmul(matrix, q, out=p)
     comm.all_reduce(p_flat, group=group)  # wait here: Q = M^T P needs the summed P
@@ -165,11 +199,13 @@ def powersgd_hook(state, bucket):
             plain_flat.div_(world)
             offset = 0
             for grad in plain:
-                grad.copy_(plain_flat[offset:offset + grad.numel()].view_as(grad))
+                grad.copy_(plain_flat[offset : offset + grad.numel()].view_as(grad))
                 offset += grad.numel()
         q_flat.div_(world)
         for (matrix, _), p, q in zip(compress, ps, qs):
-            torch.matmul(p, q.t(), out=matrix)  # the matrices are views of the bucket: this fills it
+            torch.matmul(
+                p, q.t(), out=matrix
+            )  # the matrices are views of the bucket: this fills it
         if state.use_error_feedback:
             state.error_dict[index] = corrected - flat
         if state.warm_start:

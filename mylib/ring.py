@@ -33,7 +33,8 @@ ALL_GATHER = "all-gather"
 
 
 def chunk_bounds(numel, n):
-    """Where each of ``n`` chunks of a flat tensor of ``numel`` elements starts and stops.
+    """Where each of ``n`` chunks of a flat tensor of ``numel`` elements starts and
+    stops.
 
     Sizes differ by at most one element: the first ``numel % n`` chunks get
     the extra element (the rule of ``torch.tensor_split``). Chunks may be
@@ -66,17 +67,16 @@ def ring_steps(n):
     steps = []
     for s in range(n - 1):
         # rank r sends the chunk it added into in the step before
-        steps.append([(REDUCE_SCATTER, r, (r + 1) % n, (r - s) % n)
-                      for r in range(n)])
+        steps.append([(REDUCE_SCATTER, r, (r + 1) % n, (r - s) % n) for r in range(n)])
     for s in range(n - 1):
         # rank r starts with chunk r+1, which it holds complete
-        steps.append([(ALL_GATHER, r, (r + 1) % n, (r + 1 - s) % n)
-                      for r in range(n)])
+        steps.append([(ALL_GATHER, r, (r + 1) % n, (r + 1 - s) % n) for r in range(n)])
     return steps
 
 
 def simulate_ring(n):
-    """Run the schedule on paper: which ranks' contributions each copy holds after each step.
+    """Run the schedule on paper: which ranks' contributions each copy holds after each
+    step.
 
     Returns a list of ``2(n-1) + 1`` states; ``state[r][c]`` is the frozenset
     of ranks whose chunk ``c`` has been summed into rank ``r``'s copy of chunk
@@ -98,7 +98,8 @@ def simulate_ring(n):
 
 
 def ring_bytes_sent(numel, element_size, n, rank):
-    """Bytes that ``rank`` sends in a ring all-reduce of ``numel`` elements over ``n`` ranks.
+    """Bytes that ``rank`` sends in a ring all-reduce of ``numel`` elements over ``n``
+    ranks.
 
     Rank ``r`` sends every chunk but ``(r+1) % n`` in the reduce-scatter
     phase and every chunk but ``(r+2) % n`` in the all-gather phase, so it
@@ -124,7 +125,9 @@ def _combine(op):
     for known, fn in combines.items():
         if op == known:
             return fn
-    raise ValueError(f"ring_all_reduce supports ReduceOp SUM, AVG, PRODUCT, MAX and MIN, got {op}")
+    raise ValueError(
+        f"ring_all_reduce supports ReduceOp SUM, AVG, PRODUCT, MAX and MIN, got {op}"
+    )
 
 
 def _exchange(send_chunk, dst, recv_into, src, group):
@@ -161,7 +164,7 @@ def reduce_scatter_phase(chunks, rank, n, op=dist.ReduceOp.SUM, group=None):
 def all_gather_phase(chunks, rank, n, group=None):
     """Phase 2: pass the finished chunks on till every rank has them all."""
     right, left = _peer(rank + 1, n, group), _peer(rank - 1, n, group)
-    for step in ring_steps(n)[n - 1:]:
+    for step in ring_steps(n)[n - 1 :]:
         _, _, _, send_c = step[rank]
         _, _, _, recv_c = step[(rank - 1) % n]
         _exchange(chunks[send_c], right, chunks[recv_c], left, group)
@@ -175,14 +178,17 @@ def ring_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
     PRODUCT, MAX and MIN. Returns ``tensor``.
     """
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"ring_all_reduce needs a torch.Tensor, "
-                        f"got {type(tensor).__name__}")
+        raise TypeError(
+            f"ring_all_reduce needs a torch.Tensor, got {type(tensor).__name__}"
+        )
     _combine(op)  # reject an unsupported op before any rank starts talking
     n = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if op == dist.ReduceOp.AVG and not tensor.is_floating_point():
-        raise TypeError(f"ReduceOp.AVG needs a floating-point tensor, got "
-                        f"{tensor.dtype}; use SUM and divide")
+        raise TypeError(
+            f"ReduceOp.AVG needs a floating-point tensor, got "
+            f"{tensor.dtype}; use SUM and divide"
+        )
     if n == 1 or tensor.numel() == 0:
         return tensor
     # A contiguous tensor is reduced in its own memory, others copied once.
@@ -201,6 +207,7 @@ def ring_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
 
 
 def _peer(group_rank, n, group):
-    """The global rank of ring position ``group_rank % n`` (``dist.isend`` wants global ranks)."""
+    """The global rank of ring position ``group_rank % n`` (``dist.isend`` wants global
+    ranks)."""
     group_rank %= n
     return group_rank if group is None else dist.get_global_rank(group, group_rank)

@@ -34,14 +34,17 @@ class Tracer:
 
     def __init__(self):
         self.events = []
-        self._lock = threading.Lock()  # bucket_done arrives from the communication thread
+        self._lock = (
+            threading.Lock()
+        )  # bucket_done arrives from the communication thread
 
     def __call__(self, event, t, **fields):
         with self._lock:
             self.events.append((event, t, fields))
 
     def mark(self, event):
-        """Record a moment MyDDP does not report: ``forward``, ``backward``, ``optimizer`` or ``end``."""
+        """Record a moment MyDDP does not report: ``forward``, ``backward``,
+        ``optimizer`` or ``end``."""
         if event not in MARKS:
             raise ValueError(f"unknown mark {event!r}; use one of {MARKS}")
         self(event, time.perf_counter())
@@ -55,8 +58,10 @@ class Tracer:
         return [t for e, t, _ in self.events if e == event]
 
     def _wait_for_callbacks(self, timeout_s=2.0):
-        # A bucket's completion callback runs on the communication thread just after its future
-        # gets its value, so it can arrive a few microseconds after finish_gradient_sync returned.
+        # A bucket's completion callback runs on the communication thread just after its
+        # future
+        # gets its value, so it can arrive a few microseconds after finish_gradient_sync
+        # returned.
         deadline = time.perf_counter() + timeout_s
         while time.perf_counter() < deadline:
             with self._lock:
@@ -67,7 +72,8 @@ class Tracer:
             time.sleep(0.0005)
 
     def timeline(self, buckets=None, name="measured"):
-        """The recorded step as a Timeline: the spans the model draws, from real timestamps.
+        """The recorded step as a Timeline: the spans the model draws, from real
+        timestamps.
 
         Compute lane: ``forward`` (if marked), one ``backward`` span per
         layer (from one layer's gradients being ready to the next's; a layer
@@ -81,17 +87,25 @@ class Tracer:
             events = sorted(self.events, key=lambda e: e[1])
         grads = [(t, f) for e, t, f in events if e == "grad_ready"]
         if not grads:
-            raise ValueError("no gradient was recorded: set ddp.tracer = tracer before loss.backward()")
+            raise ValueError(
+                "no gradient was recorded: set ddp.tracer = tracer before loss.backward()"
+            )
         marks = {e: t for e, t, _ in events if e in MARKS}
         start = marks.get("backward", grads[0][0])
         spans = []
         if "forward" in marks:
-            spans.append(tl.Span(tl.COMPUTE, "forward", marks["forward"], start, "forward"))
+            spans.append(
+                tl.Span(tl.COMPUTE, "forward", marks["forward"], start, "forward")
+            )
         layer_start, ready_of_bucket = start, {}
         for i, (t, fields) in enumerate(grads):
             layer = fields["name"].rsplit(".", 1)[0]
             ready_of_bucket[fields["bucket"]] = t
-            next_layer = grads[i + 1][1]["name"].rsplit(".", 1)[0] if i + 1 < len(grads) else None
+            next_layer = (
+                grads[i + 1][1]["name"].rsplit(".", 1)[0]
+                if i + 1 < len(grads)
+                else None
+            )
             if next_layer != layer:
                 spans.append(tl.Span(tl.COMPUTE, "backward", layer_start, t, layer))
                 layer_start = t
@@ -100,22 +114,46 @@ class Tracer:
         done = {f["bucket"]: t for e, t, f in events if e == "bucket_done"}
         for index in sorted(launches):
             if index not in done:
-                raise ValueError(f"bucket {index} was launched but never finished: record a whole step, up to "
-                                 "finish_gradient_sync()")
+                raise ValueError(
+                    f"bucket {index} was launched but never finished: record a whole step, up to "
+                    "finish_gradient_sync()"
+                )
             nbytes = buckets[index].nbytes if buckets is not None else 0
-            spans.append(tl.Span(tl.COMM, "allreduce", launches[index], done[index], f"b{index}", bucket=index,
-                                 nbytes=nbytes, ready_s=ready_of_bucket.get(index, launches[index])))
+            spans.append(
+                tl.Span(
+                    tl.COMM,
+                    "allreduce",
+                    launches[index],
+                    done[index],
+                    f"b{index}",
+                    bucket=index,
+                    nbytes=nbytes,
+                    ready_s=ready_of_bucket.get(index, launches[index]),
+                )
+            )
         sync = self._times("sync_done")
         if sync and sync[-1] > backward_end:
-            spans.append(tl.Span(tl.COMPUTE, "sync", backward_end, sync[-1], "finish_gradient_sync"))
+            spans.append(
+                tl.Span(
+                    tl.COMPUTE, "sync", backward_end, sync[-1], "finish_gradient_sync"
+                )
+            )
         if "optimizer" in marks:
-            spans.append(tl.Span(tl.COMPUTE, "optimizer", marks["optimizer"], marks.get("end", marks["optimizer"]),
-                                 "optimizer"))
+            spans.append(
+                tl.Span(
+                    tl.COMPUTE,
+                    "optimizer",
+                    marks["optimizer"],
+                    marks.get("end", marks["optimizer"]),
+                    "optimizer",
+                )
+            )
         return tl.Timeline(spans, name=name)
 
 
 def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
-    """Each layer's backward compute time, as :class:`mylib.models.timeline.Layer` objects in backward order.
+    """Each layer's backward compute time, as :class:`mylib.models.timeline.Layer`
+    objects in backward order.
 
     ``loss_fn()`` runs the forward and returns the loss; only its
     ``backward()`` is timed. A hook on every parameter notes when its gradient
@@ -127,13 +165,19 @@ def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
     every run's layers, a list per run.
     """
     if statistic not in ("median", "min", "runs"):
-        raise ValueError(f"statistic must be 'median', 'min' or 'runs', got {statistic!r}")
+        raise ValueError(
+            f"statistic must be 'median', 'min' or 'runs', got {statistic!r}"
+        )
     names = {p: n for n, p in module.named_parameters() if p.requires_grad}
     if not names:
         raise ValueError("the module has no parameter that requires grad")
     events = []
-    hooks = [p.register_post_accumulate_grad_hook(lambda p: events.append((names[p], time.perf_counter())))
-             for p in names]
+    hooks = [
+        p.register_post_accumulate_grad_hook(
+            lambda p: events.append((names[p], time.perf_counter()))
+        )
+        for p in names
+    ]
     runs = []
     try:
         for i in range(warmup + repeats):
@@ -151,19 +195,31 @@ def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
     layers_of_run = [_layers_from_events(start, evs, sizes) for start, evs in runs]
     shapes = {tuple((name, b) for name, _, b in run) for run in layers_of_run}
     if len(shapes) != 1:
-        raise RuntimeError("the gradients arrived in a different order in different runs; time_layers needs a "
-                           "model whose backward order does not change")
+        raise RuntimeError(
+            "the gradients arrived in a different order in different runs; time_layers needs a "
+            "model whose backward order does not change"
+        )
     if statistic == "runs":
         return [[tl.Layer(*layer) for layer in run] for run in layers_of_run]
     if statistic == "min":
-        fastest = min(layers_of_run, key=lambda run: sum(seconds for _, seconds, _ in run))
-        return [tl.Layer(name, seconds, param_bytes) for name, seconds, param_bytes in fastest]
-    return [tl.Layer(name, statistics.median(run[k][1] for run in layers_of_run), param_bytes)
-            for k, (name, _, param_bytes) in enumerate(layers_of_run[0])]
+        fastest = min(
+            layers_of_run, key=lambda run: sum(seconds for _, seconds, _ in run)
+        )
+        return [
+            tl.Layer(name, seconds, param_bytes)
+            for name, seconds, param_bytes in fastest
+        ]
+    return [
+        tl.Layer(
+            name, statistics.median(run[k][1] for run in layers_of_run), param_bytes
+        )
+        for k, (name, _, param_bytes) in enumerate(layers_of_run[0])
+    ]
 
 
 def _layers_from_events(start, events, sizes):
-    """Group ``(param name, t)`` events into ``(layer, seconds, param_bytes)`` in arrival order."""
+    """Group ``(param name, t)`` events into ``(layer, seconds, param_bytes)`` in
+    arrival order."""
     layers, previous = [], start
     previous_start = start  # where the current layer began
     for name, t in events:

@@ -42,8 +42,7 @@ class FlatParams:
     def __init__(self, params, world_size, rank):
         self.params = list(params)
         self.numels = [p.numel() for p in self.params]
-        self.offsets = [sum(self.numels[:i])
-                        for i in range(len(self.params))]
+        self.offsets = [sum(self.numels[:i]) for i in range(len(self.params))]
         # ceil division
         self.shard_numel = -(-sum(self.numels) // world_size)
         self.numel = self.shard_numel * world_size
@@ -68,7 +67,7 @@ class FlatParams:
         flat = torch.zeros(self.numel, dtype=like.dtype, device=like.device)
         for t, offset, numel in zip(tensors, self.offsets, self.numels):
             if t is not None:
-                flat[offset:offset + numel].copy_(t.reshape(-1))
+                flat[offset : offset + numel].copy_(t.reshape(-1))
         return flat
 
     def bind_params(self):
@@ -79,7 +78,7 @@ class FlatParams:
         with torch.no_grad():
             self.flat = self.flatten([p.detach() for p in self.params])
         for p, offset, numel in zip(self.params, self.offsets, self.numels):
-            p.data = self.flat[offset:offset + numel].view_as(p)
+            p.data = self.flat[offset : offset + numel].view_as(p)
 
 
 class Piece(NamedTuple):
@@ -100,7 +99,8 @@ class Piece(NamedTuple):
 
 
 class ShardedOptimizer(torch.optim.Optimizer):
-    """ZeRO stage 1: ``optimizer_class`` runs on this rank's shard; every rank gets all parameters back.
+    """ZeRO stage 1: ``optimizer_class`` runs on this rank's shard; every rank gets all
+    parameters back.
 
     Same signature as ``torch.distributed.optim.ZeroRedundancyOptimizer``:
     ``ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)``
@@ -113,46 +113,66 @@ class ShardedOptimizer(torch.optim.Optimizer):
     require a gradient are never sharded nor updated.
     """
 
-    def __init__(self, params, optimizer_class, process_group=None,
-                 average_gradients=False, **defaults):
-        if not (isinstance(optimizer_class, type)
-                and issubclass(optimizer_class, torch.optim.Optimizer)):
-            raise TypeError(f"optimizer_class must be a "
-                            f"torch.optim.Optimizer subclass such as "
-                            f"torch.optim.AdamW (the class, not an "
-                            f"instance), got {optimizer_class!r}")
+    def __init__(
+        self,
+        params,
+        optimizer_class,
+        process_group=None,
+        average_gradients=False,
+        **defaults,
+    ):
+        if not (
+            isinstance(optimizer_class, type)
+            and issubclass(optimizer_class, torch.optim.Optimizer)
+        ):
+            raise TypeError(
+                f"optimizer_class must be a "
+                f"torch.optim.Optimizer subclass such as "
+                f"torch.optim.AdamW (the class, not an "
+                f"instance), got {optimizer_class!r}"
+            )
         if not dist.is_initialized():
-            raise RuntimeError("ShardedOptimizer needs a process group: "
-                               "call dist.init_process_group first "
-                               "(mylib.run_ranks and torchrun do it for "
-                               "you)")
+            raise RuntimeError(
+                "ShardedOptimizer needs a process group: "
+                "call dist.init_process_group first "
+                "(mylib.run_ranks and torchrun do it for "
+                "you)"
+            )
         super().__init__(params, defaults)
         self.optimizer_class = optimizer_class
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.rank = dist.get_rank(process_group)
         self.average_gradients = average_gradients
-        group_of = {p: g for g, group in enumerate(self.param_groups)
-                    for p in group["params"]}
-        trainable = [p for group in self.param_groups
-                     for p in group["params"] if p.requires_grad]
-        self.buckets = [FlatParams(ps, self.world_size, self.rank)
-                        for ps in self._bucket_params(trainable)]
+        group_of = {
+            p: g for g, group in enumerate(self.param_groups) for p in group["params"]
+        }
+        trainable = [
+            p for group in self.param_groups for p in group["params"] if p.requires_grad
+        ]
+        self.buckets = [
+            FlatParams(ps, self.world_size, self.rank)
+            for ps in self._bucket_params(trainable)
+        ]
         # Pieces: this rank's share of each parameter, a 1-D view of the
         # parameter's own storage.
         self.pieces = []
-        inner_groups = [{**{k: v for k, v in g.items() if k != "params"},
-                         "params": []}
-                        for g in self.param_groups]
+        inner_groups = [
+            {**{k: v for k, v in g.items() if k != "params"}, "params": []}
+            for g in self.param_groups
+        ]
         for bucket in self.buckets:
             bucket.bind_params()
             for i, start, end in bucket.pieces():
-                piece = Piece(bucket.flat.detach()[start:end],
-                              bucket.params[i], bucket, i,
-                              start - bucket.shard_start,
-                              end - bucket.shard_start)
-                inner_groups[group_of[piece.param]]["params"].append(
-                    piece.tensor)
+                piece = Piece(
+                    bucket.flat.detach()[start:end],
+                    bucket.params[i],
+                    bucket,
+                    i,
+                    start - bucket.shard_start,
+                    end - bucket.shard_start,
+                )
+                inner_groups[group_of[piece.param]]["params"].append(piece.tensor)
                 self.pieces.append(piece)
         # A rank whose shard misses a whole group still steps it (empty).
         for group in inner_groups:
@@ -185,9 +205,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._shard_gradients()
         self.optim.step()
         for bucket in self.buckets:
-            shard = bucket.flat[bucket.shard_start:bucket.shard_end].clone()
-            comm.all_gather_into_tensor(bucket.flat, shard,
-                                        group=self.process_group)
+            shard = bucket.flat[bucket.shard_start : bucket.shard_end].clone()
+            comm.all_gather_into_tensor(bucket.flat, shard, group=self.process_group)
         return loss
 
     def _shard_gradients(self):
@@ -197,23 +216,27 @@ class ShardedOptimizer(torch.optim.Optimizer):
             # parameter's.
             for piece in self.pieces:
                 grad = piece.param.grad
-                piece.tensor.grad = (None if grad is None
-                                     else grad.reshape(-1)[piece.in_param])
+                piece.tensor.grad = (
+                    None if grad is None else grad.reshape(-1)[piece.in_param]
+                )
             return
         for bucket in self.buckets:
             flat_grad = bucket.flatten([p.grad for p in bucket.params])
-            bucket.grad_shard = torch.empty(bucket.shard_numel,
-                                            dtype=flat_grad.dtype,
-                                            device=flat_grad.device)
-            comm.reduce_scatter_tensor(bucket.grad_shard, flat_grad,
-                                       group=self.process_group)
+            bucket.grad_shard = torch.empty(
+                bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device
+            )
+            comm.reduce_scatter_tensor(
+                bucket.grad_shard, flat_grad, group=self.process_group
+            )
             bucket.grad_shard /= self.world_size
         self._attach_grad_shards()
 
     def _attach_grad_shards(self):
         for piece in self.pieces:
             shard = getattr(piece.bucket, "grad_shard", None)
-            piece.tensor.grad = None if shard is None else shard[piece.start:piece.end]
+            piece.tensor.grad = (
+                None if shard is None else shard[piece.start : piece.end]
+            )
 
     def zero_grad(self, set_to_none=True):
         """Clear the parameters' gradients and this rank's gradient shards."""
@@ -222,7 +245,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for bucket in self.buckets:
             bucket.grad_shard = None
 
-    # -- checkpoints: the full state, gathered on one rank, in the unsharded optimizer's format ----------
+    # -- checkpoints: the full state, gathered on one rank, in the unsharded optimizer's
+    # format ----------
 
     def consolidate_state_dict(self, to=0):
         """Gather the whole optimizer state on rank ``to`` (every rank must call it).
@@ -230,7 +254,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         Afterwards ``state_dict()`` on that rank returns exactly what
         ``optimizer_class(params).state_dict()`` of unsharded training would.
         """
-        index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        index = {
+            p: i
+            for i, p in enumerate(p for g in self.param_groups for p in g["params"])
+        }
         tensor_keys, scalars = set(), {}
         for piece in self.pieces:
             for key, value in self.optim.state.get(piece.tensor, {}).items():
@@ -239,39 +266,66 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 else:  # step counters and the like: equal on every piece of a parameter
                     scalars.setdefault(index[piece.param], {})[key] = _copy(value)
         everyone = [None] * self.world_size
-        dist.all_gather_object(everyone, (sorted(tensor_keys), scalars), group=self.process_group)
+        dist.all_gather_object(
+            everyone, (sorted(tensor_keys), scalars), group=self.process_group
+        )
         state = {}
         for _, rank_scalars in everyone:
             for i, values in rank_scalars.items():
                 state.setdefault(i, {}).update(values)
         for key in sorted(set().union(*(set(keys) for keys, _ in everyone))):
             for bucket in self.buckets:
-                shard = torch.zeros(bucket.shard_numel, dtype=bucket.flat.dtype, device=bucket.flat.device)
+                shard = torch.zeros(
+                    bucket.shard_numel,
+                    dtype=bucket.flat.dtype,
+                    device=bucket.flat.device,
+                )
                 for piece in self.pieces:
-                    if piece.bucket is bucket and key in self.optim.state.get(piece.tensor, {}):
-                        shard[piece.start:piece.end] = self.optim.state[piece.tensor][key]
+                    if piece.bucket is bucket and key in self.optim.state.get(
+                        piece.tensor, {}
+                    ):
+                        shard[piece.start : piece.end] = self.optim.state[piece.tensor][
+                            key
+                        ]
                 full = torch.empty(bucket.numel, dtype=shard.dtype, device=shard.device)
                 comm.all_gather_into_tensor(full, shard, group=self.process_group)
-                for p, offset, numel in zip(bucket.params, bucket.offsets, bucket.numels):
+                for p, offset, numel in zip(
+                    bucket.params, bucket.offsets, bucket.numels
+                ):
                     if index[p] in state:
-                        state[index[p]][key] = full[offset:offset + numel].view_as(p).clone()
+                        state[index[p]][key] = (
+                            full[offset : offset + numel].view_as(p).clone()
+                        )
         groups, start = [], 0
         for g in self.param_groups:
-            groups.append({**{k: v for k, v in g.items() if k != "params"},
-                           "params": list(range(start, start + len(g["params"])))})
+            groups.append(
+                {
+                    **{k: v for k, v in g.items() if k != "params"},
+                    "params": list(range(start, start + len(g["params"]))),
+                }
+            )
             start += len(g["params"])
-        self._consolidated = {"state": state, "param_groups": groups} if self.rank == to else None
+        self._consolidated = (
+            {"state": state, "param_groups": groups} if self.rank == to else None
+        )
 
     def state_dict(self):
-        """The consolidated state (see :meth:`consolidate_state_dict`), on the rank it was gathered to."""
+        """The consolidated state (see :meth:`consolidate_state_dict`), on the rank it
+        was gathered to."""
         if self._consolidated is None:
-            raise RuntimeError("the optimizer state is sharded: call consolidate_state_dict(to=rank) on every "
-                               "rank first, then state_dict() on that rank")
+            raise RuntimeError(
+                "the optimizer state is sharded: call consolidate_state_dict(to=rank) on every "
+                "rank first, then state_dict() on that rank"
+            )
         return self._consolidated
 
     def load_state_dict(self, state_dict):
-        """Load a consolidated state dict (the same dict on every rank); each rank keeps its pieces."""
-        index = {p: i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        """Load a consolidated state dict (the same dict on every rank); each rank keeps
+        its pieces."""
+        index = {
+            p: i
+            for i, p in enumerate(p for g in self.param_groups for p in g["params"])
+        }
         for outer, saved in zip(self.param_groups, state_dict["param_groups"]):
             outer.update({k: v for k, v in saved.items() if k != "params"})
         self.optim.state.clear()
@@ -279,8 +333,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
             saved = state_dict["state"].get(index[piece.param])
             if saved is not None:
                 self.optim.state[piece.tensor] = {
-                    key: value.reshape(-1)[piece.in_param].clone() if _per_element(key, value, piece.param)
-                    else _copy(value) for key, value in saved.items()}
+                    key: value.reshape(-1)[piece.in_param].clone()
+                    if _per_element(key, value, piece.param)
+                    else _copy(value)
+                    for key, value in saved.items()
+                }
 
 
 # Optimizer state that is one number per parameter tensor, not one per element.
@@ -293,5 +350,10 @@ def _copy(value):
 
 
 def _per_element(key, value, param):
-    """Whether a saved state entry holds one value per element of ``param`` (momentum: yes; step: no)."""
-    return torch.is_tensor(value) and value.shape == param.shape and (param.dim() > 0 or key not in SCALAR_STATE_KEYS)
+    """Whether a saved state entry holds one value per element of ``param`` (momentum:
+    yes; step: no)."""
+    return (
+        torch.is_tensor(value)
+        and value.shape == param.shape
+        and (param.dim() > 0 or key not in SCALAR_STATE_KEYS)
+    )

@@ -22,41 +22,70 @@ from mylib.zero1 import ShardedOptimizer
 
 
 class ShardedGradOptimizer(ShardedOptimizer):
-    """ZeRO stage 2: ZeRO-1 plus gradients reduce-scattered bucket by bucket during the backward.
+    """ZeRO stage 2: ZeRO-1 plus gradients reduce-scattered bucket by bucket during the
+    backward.
 
-    ``ShardedGradOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=25, lr=1e-3)``
-    on a model that is *not* wrapped in DDP: the optimizer hooks the
-    parameters itself. Every ``backward()`` adds this rank's shard of the
-    averaged gradient to the shard it holds (so gradient accumulation works);
-    ``step()`` updates the shard and all-gathers the parameters;
-    ``zero_grad()`` clears the shards. As in DDP, every rank must run the
-    same backward (the same parameters get gradients), or ranks would
-    reduce-scatter different buckets. A parameter that gets no gradient
+    ``ShardedGradOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=25,
+    lr=1e-3)`` on a model that is *not* wrapped in DDP: the optimizer hooks the
+    parameters itself. Every ``backward()`` adds this rank's shard of the averaged
+    gradient to the shard it holds (so gradient accumulation works); ``step()`` updates
+    the shard and all-gathers the parameters; ``zero_grad()`` clears the shards. As in
+    DDP, every rank must run the same backward (the same parameters get gradients), or
+    ranks would reduce-scatter different buckets. A parameter that gets no gradient
     counts as a zero gradient.
     """
 
-    def __init__(self, params, optimizer_class, process_group=None, bucket_cap_mb=25.0, **defaults):
+    def __init__(
+        self,
+        params,
+        optimizer_class,
+        process_group=None,
+        bucket_cap_mb=25.0,
+        **defaults,
+    ):
         if bucket_cap_mb < 0:
-            raise ValueError(f"bucket_cap_mb must be >= 0 (0 = one bucket per parameter), got {bucket_cap_mb}")
+            raise ValueError(
+                f"bucket_cap_mb must be >= 0 (0 = one bucket per parameter), got {bucket_cap_mb}"
+            )
         self.bucket_cap_mb = bucket_cap_mb
-        super().__init__(params, optimizer_class, process_group=process_group, average_gradients=True, **defaults)
-        self._bucket_of = {p: b for b, bucket in enumerate(self.buckets) for p in bucket.params}
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready) for p in self._bucket_of]
-        self.reduce_scatters_in_backward = 0  # launched from hooks during the last backward
+        super().__init__(
+            params,
+            optimizer_class,
+            process_group=process_group,
+            average_gradients=True,
+            **defaults,
+        )
+        self._bucket_of = {
+            p: b for b, bucket in enumerate(self.buckets) for p in bucket.params
+        }
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+            for p in self._bucket_of
+        ]
+        self.reduce_scatters_in_backward = (
+            0  # launched from hooks during the last backward
+        )
         self._new_backward()
 
     def _bucket_params(self, params):
-        """Buckets in backward order (the reverse of the parameter order), as DDP forms them."""
+        """Buckets in backward order (the reverse of the parameter order), as DDP forms
+        them."""
         backward_order = list(reversed(params))
         sizes = [p.numel() * p.element_size() for p in backward_order]
         keys = [(p.dtype, p.device) for p in backward_order]
         cap = int(self.bucket_cap_mb * MB)
-        return [[backward_order[i] for i in bucket] for bucket in assign_buckets(sizes, cap, keys=keys)]
+        return [
+            [backward_order[i] for i in bucket]
+            for bucket in assign_buckets(sizes, cap, keys=keys)
+        ]
 
     def _new_backward(self):
         self._ready = [set() for _ in self.buckets]
-        self._next_to_launch = 0  # buckets launch in order, so that every rank calls the same collectives
-        self._in_flight = []  # (bucket, gradient shard being received, flat gradient being sent, work)
+        self._next_to_launch = (
+            0  # buckets launch in order, so that every rank calls the same collectives
+        )
+        # (bucket, gradient shard being received, flat gradient being sent, work)
+        self._in_flight = []
         self._callback_queued = False
 
     def _on_grad_ready(self, param):
@@ -69,9 +98,9 @@ class ShardedGradOptimizer(ShardedOptimizer):
             self.reduce_scatters_in_backward = 0
         b = self._bucket_of[param]
         self._ready[b].add(param)
-        while (self._next_to_launch < len(self.buckets)
-               and len(self._ready[self._next_to_launch])
-               == len(self.buckets[self._next_to_launch].params)):
+        while self._next_to_launch < len(self.buckets) and len(
+            self._ready[self._next_to_launch]
+        ) == len(self.buckets[self._next_to_launch].params):
             self._launch(self._next_to_launch)
             self.reduce_scatters_in_backward += 1
 
@@ -84,11 +113,12 @@ class ShardedGradOptimizer(ShardedOptimizer):
             # The point of ZeRO-2: no full gradient outlives its bucket's
             # launch.
             p.grad = None
-        received = torch.empty(bucket.shard_numel, dtype=flat_grad.dtype,
-                               device=flat_grad.device)
-        work = comm.reduce_scatter_tensor(received, flat_grad,
-                                          group=self.process_group,
-                                          async_op=True)
+        received = torch.empty(
+            bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device
+        )
+        work = comm.reduce_scatter_tensor(
+            received, flat_grad, group=self.process_group, async_op=True
+        )
         self._in_flight.append((bucket, received, flat_grad, work))
         self._next_to_launch = b + 1
 

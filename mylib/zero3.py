@@ -41,23 +41,37 @@ from mylib.zero1 import FlatParams
 
 
 class ShardedFlat:
-    """Parameters of one unit with the same requires_grad and dtype: a persistent shard, a transient full buffer."""
+    """Parameters of one unit with the same requires_grad and dtype: a persistent shard,
+    a transient full buffer."""
 
     def __init__(self, params, places, world_size, rank, process_group):
         self.layout = FlatParams(params, world_size, rank)
-        self.params, self.places, self.process_group = self.layout.params, places, process_group
+        self.params, self.places, self.process_group = (
+            self.layout.params,
+            places,
+            process_group,
+        )
         self.shapes = [p.shape for p in self.params]
         self.trainable = params[0].requires_grad
         with torch.no_grad():
             flat = self.layout.flatten([p.detach() for p in self.params])
-        self.shard = flat[self.layout.shard_start:self.layout.shard_end].clone()
+        self.shard = flat[self.layout.shard_start : self.layout.shard_end].clone()
         self.full = torch.empty_like(flat).requires_grad_(self.trainable)
         self.full_bytes = flat.numel() * flat.element_size()
         self.grad_shard = None
-        for p, offset, numel in zip(self.params, self.layout.offsets, self.layout.numels):
-            start = min(max(offset - self.layout.shard_start, 0), self.layout.shard_numel)
-            end = min(max(offset + numel - self.layout.shard_start, 0), self.layout.shard_numel)
-            p.data = self.shard[start:end]  # this rank's piece of p: all the optimizer will see
+        for p, offset, numel in zip(
+            self.params, self.layout.offsets, self.layout.numels
+        ):
+            start = min(
+                max(offset - self.layout.shard_start, 0), self.layout.shard_numel
+            )
+            end = min(
+                max(offset + numel - self.layout.shard_start, 0),
+                self.layout.shard_numel,
+            )
+            p.data = self.shard[
+                start:end
+            ]  # this rank's piece of p: all the optimizer will see
         self.free()
 
     def gather(self, async_op=False):
@@ -68,9 +82,9 @@ class ShardedFlat:
         self.full.untyped_storage().resize_(self.full_bytes)
         # Write through .data: autograd must not count the refill as an
         # in-place change of the views it saved.
-        return comm.all_gather_into_tensor(self.full.data, self.shard,
-                                           group=self.process_group,
-                                           async_op=async_op)
+        return comm.all_gather_into_tensor(
+            self.full.data, self.shard, group=self.process_group, async_op=async_op
+        )
 
     def free(self):
         """Give the full buffer's memory back.
@@ -91,34 +105,42 @@ class ShardedFlat:
                 module._parameters[name] = view.view(shape)
 
     def use_pieces(self):
-        """Put the original parameters (holding this rank's pieces) back into their module slots."""
+        """Put the original parameters (holding this rank's pieces) back into their
+        module slots."""
         for p, places in zip(self.params, self.places):
             for module, name in places:
                 module._parameters[name] = p
 
     def add_grad_shard(self, received):
-        """Keep this rank's averaged gradient shard; expose its pieces as the parameters' ``.grad``."""
-        if self.grad_shard is None or any(p.grad is None for p in self.params):  # zero_grad() ran
+        """Keep this rank's averaged gradient shard; expose its pieces as the
+        parameters' ``.grad``."""
+        if self.grad_shard is None or any(
+            p.grad is None for p in self.params
+        ):  # zero_grad() ran
             self.grad_shard = received
         else:  # gradient accumulation: several backwards before a step
             self.grad_shard += received
         for p in self.params:
             offset = p.data.storage_offset() - self.shard.storage_offset()
-            p.grad = self.grad_shard[offset:offset + p.numel()]
+            p.grad = self.grad_shard[offset : offset + p.numel()]
 
 
 class Unit:
-    """A module whose parameters are gathered and freed together: a layer, a block, or the root."""
+    """A module whose parameters are gathered and freed together: a layer, a block, or
+    the root."""
 
     def __init__(self, module, flats):
         self.module, self.flats = module, flats
         self.gathered = False
         self.pending = []  # works of a prefetch in flight
-        self.reduced = 0  # trainable flats whose gradient was reduce-scattered in this backward
+        self.reduced = (
+            0  # trainable flats whose gradient was reduce-scattered in this backward
+        )
 
 
 class ShardedModel(nn.Module):
-    """ZeRO stage 3 (PyTorch's FSDP): wrap a model; each unit is gathered just in time and freed after.
+    """ZeRO stage 3 (PyTorch's FSDP): wrap a model; each unit is gathered just in time
+    and freed after.
 
     ``unit_modules`` are submodules of ``module`` (for example every
     transformer block); each becomes a unit, and every parameter not inside
@@ -136,55 +158,89 @@ class ShardedModel(nn.Module):
     def __init__(self, module, unit_modules=(), process_group=None, prefetch=False):
         super().__init__()
         if not dist.is_initialized():
-            raise RuntimeError("ShardedModel needs a process group: call dist.init_process_group first "
-                               "(mylib.run_ranks and torchrun do it for you)")
+            raise RuntimeError(
+                "ShardedModel needs a process group: call dist.init_process_group first "
+                "(mylib.run_ranks and torchrun do it for you)"
+            )
         self.module, self.process_group, self.prefetch = module, process_group, prefetch
-        world_size, rank = dist.get_world_size(process_group), dist.get_rank(process_group)
+        world_size, rank = (
+            dist.get_world_size(process_group),
+            dist.get_rank(process_group),
+        )
         members = {m: {id(sub) for sub in m.modules()} for m in [module, *unit_modules]}
         for m in unit_modules:
             if id(m) not in members[module]:
-                raise ValueError(f"unit_modules must be submodules of the wrapped module; {type(m).__name__} is not")
+                raise ValueError(
+                    f"unit_modules must be submodules of the wrapped module; {type(m).__name__} is not"
+                )
         places = {}  # parameter -> every (module, name) slot that holds it
         for m in module.modules():
             for name, p in m._parameters.items():
                 if p is not None:
                     places.setdefault(p, []).append((m, name))
-        owner = {p: min((u for u in members if all(id(m) in members[u] for m, _ in slots)),
-                        key=lambda u: len(members[u])) for p, slots in places.items()}
+        owner = {
+            p: min(
+                (u for u in members if all(id(m) in members[u] for m, _ in slots)),
+                key=lambda u: len(members[u]),
+            )
+            for p, slots in places.items()
+        }
         self.units = []
         for u in members:
             groups = {}
             for p in places:
                 if owner[p] is u:
-                    groups.setdefault((p.requires_grad, p.dtype, p.device), []).append(p)
-            flats = [ShardedFlat(ps, [places[p] for p in ps], world_size, rank, process_group)
-                     for ps in groups.values()]
+                    groups.setdefault((p.requires_grad, p.dtype, p.device), []).append(
+                        p
+                    )
+            flats = [
+                ShardedFlat(
+                    ps, [places[p] for p in ps], world_size, rank, process_group
+                )
+                for ps in groups.values()
+            ]
             self.units.append(Unit(u, flats))
         for unit in self.units:
-            unit.module.register_forward_pre_hook(lambda m, args, unit=unit: self._pre_forward(unit))
-            unit.module.register_forward_hook(lambda m, args, out, unit=unit: self._post_forward(unit, out))
+            unit.module.register_forward_pre_hook(
+                lambda m, args, unit=unit: self._pre_forward(unit)
+            )
+            unit.module.register_forward_hook(
+                lambda m, args, out, unit=unit: self._post_forward(unit, out)
+            )
             for flat in unit.flats:
                 if flat.trainable:
                     flat.full.register_post_accumulate_grad_hook(
-                        lambda full, unit=unit, flat=flat: self._post_backward(unit, flat))
+                        lambda full, unit=unit, flat=flat: self._post_backward(
+                            unit, flat
+                        )
+                    )
         self.gathered_bytes = self.peak_gathered_bytes = 0
-        self._order = {"forward": [], "backward": []}  # units in the order they ran, last step
+        self._order = {
+            "forward": [],
+            "backward": [],
+        }  # units in the order they ran, last step
         self._seen = {"forward": [], "backward": []}
-        self._in_flight = None  # the reduce-scatter still running: at most one, to bound memory
+        self._in_flight = (
+            None  # the reduce-scatter still running: at most one, to bound memory
+        )
         self._backward_running = False
 
     def forward(self, *args, **kwargs):
-        """Run the wrapped module; the hooks gather and free each unit around its computation."""
+        """Run the wrapped module; the hooks gather and free each unit around its
+        computation."""
         return self.module(*args, **kwargs)
 
-    # -- gather / free ------------------------------------------------------------------------------------
+    # -- gather / free
+    # ------------------------------------------------------------------------------------
 
     def _gather(self, unit, async_op=False):
         if not unit.gathered:
             unit.gathered = True
             unit.pending = [flat.gather(async_op=async_op) for flat in unit.flats]
             self.gathered_bytes += sum(flat.full_bytes for flat in unit.flats)
-            self.peak_gathered_bytes = max(self.peak_gathered_bytes, self.gathered_bytes)
+            self.peak_gathered_bytes = max(
+                self.peak_gathered_bytes, self.gathered_bytes
+            )
         if not async_op:
             for work in unit.pending:
                 if work is not None:
@@ -199,14 +255,16 @@ class ShardedModel(nn.Module):
         unit.gathered = False
 
     def _run(self, unit, phase):
-        """Gather ``unit`` now and, with prefetching, start gathering the one that ran after it last step."""
+        """Gather ``unit`` now and, with prefetching, start gathering the one that ran
+        after it last step."""
         self._gather(unit)
         self._seen[phase].append(unit)
         order = self._order[phase]
         if self.prefetch and unit in order and order.index(unit) + 1 < len(order):
             self._gather(order[order.index(unit) + 1], async_op=True)
 
-    # -- forward ------------------------------------------------------------------------------------------
+    # -- forward
+    # ------------------------------------------------------------------------------------------
 
     def _pre_forward(self, unit):
         if unit is self.units[0]:  # the root: a new forward begins
@@ -224,11 +282,11 @@ class ShardedModel(nn.Module):
         if torch.is_grad_enabled():
             for t in _tensors(output):
                 if t.requires_grad:
-                    t.register_hook(
-                        lambda grad, unit=unit: self._pre_backward(unit))
+                    t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
         return output
 
-    # -- backward -----------------------------------------------------------------------------------------
+    # -- backward
+    # -----------------------------------------------------------------------------------------
 
     def _pre_backward(self, unit):
         if not self._backward_running:  # the first unit of this backward
@@ -244,9 +302,9 @@ class ShardedModel(nn.Module):
         gradient and, when the unit is done, the unit."""
         self._wait_in_flight()
         received = torch.empty_like(flat.shard)
-        work = comm.reduce_scatter_tensor(received, flat.full.grad,
-                                          group=self.process_group,
-                                          async_op=True)
+        work = comm.reduce_scatter_tensor(
+            received, flat.full.grad, group=self.process_group, async_op=True
+        )
         # Keep the buffer being sent alive until the reduction is done.
         self._in_flight = (flat, received, flat.full.grad, work)
         flat.full.grad = None
@@ -262,7 +320,9 @@ class ShardedModel(nn.Module):
             flat, received, _, work = self._in_flight
             work.wait()
             with torch.no_grad():
-                flat.add_grad_shard(received.div_(dist.get_world_size(self.process_group)))
+                flat.add_grad_shard(
+                    received.div_(dist.get_world_size(self.process_group))
+                )
             self._in_flight = None
 
     def _finish_backward(self):
@@ -273,11 +333,15 @@ class ShardedModel(nn.Module):
                     work.wait()
             unit.pending, unit.reduced = [], 0
             if unit.gathered:
-                self._free(unit, [f for f in unit.flats if f.full.untyped_storage().nbytes() > 0])
+                self._free(
+                    unit,
+                    [f for f in unit.flats if f.full.untyped_storage().nbytes() > 0],
+                )
         self._order["backward"] = self._seen["backward"]
         self._backward_running = False
 
-    # -- the whole model, for checks and checkpoints --------------------------------------------------------
+    # -- the whole model, for checks and checkpoints
+    # --------------------------------------------------------
 
     @torch.no_grad()
     def full_parameters(self):
@@ -285,16 +349,22 @@ class ShardedModel(nn.Module):
         full = {}
         for unit in self.units:
             for flat in unit.flats:
-                buffer = torch.empty(flat.layout.numel, dtype=flat.shard.dtype, device=flat.shard.device)
-                comm.all_gather_into_tensor(buffer, flat.shard, group=self.process_group)
-                for p, shape, offset, numel in zip(flat.params, flat.shapes, flat.layout.offsets,
-                                                   flat.layout.numels):
-                    full[p] = buffer[offset:offset + numel].view(shape).clone()
+                buffer = torch.empty(
+                    flat.layout.numel, dtype=flat.shard.dtype, device=flat.shard.device
+                )
+                comm.all_gather_into_tensor(
+                    buffer, flat.shard, group=self.process_group
+                )
+                for p, shape, offset, numel in zip(
+                    flat.params, flat.shapes, flat.layout.offsets, flat.layout.numels
+                ):
+                    full[p] = buffer[offset : offset + numel].view(shape).clone()
         return {name: full[p] for name, p in self.module.named_parameters()}
 
 
 def _tensors(output):
-    """Every tensor inside a module's output (a tensor, or tuples, lists and dicts of them)."""
+    """Every tensor inside a module's output (a tensor, or tuples, lists and dicts of
+    them)."""
     if torch.is_tensor(output):
         yield output
     elif isinstance(output, (tuple, list)):

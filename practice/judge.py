@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The judge: grades your solutions to the book's exercises, on this machine.
 
-    python practice/judge.py              every exercise, your progress, and what to do next
-    python practice/judge.py 06           grade exercise 06 (your file practice/workspace/06_*.py)
-    python practice/judge.py hint 06      the next hint for exercise 06 (--all: every hint)
-    python practice/judge.py show 06      the statement of exercise 06
-    python practice/judge.py all          grade every exercise
-    python practice/judge.py watch [06]   re-grade each time you save the file (--poll: no file events)
-    python practice/judge.py reset 06     start exercise 06 again from the starter (your file is backed up)
+    python practice/judge.py              every exercise, your progress, and what to do
+    next python practice/judge.py 06           grade exercise 06 (your file
+    practice/workspace/06_*.py) python practice/judge.py hint 06      the next hint for
+    exercise 06 (--all: every hint) python practice/judge.py show 06      the statement
+    of exercise 06 python practice/judge.py all          grade every exercise python
+    practice/judge.py watch [06]   re-grade each time you save the file (--poll: no file
+    events) python practice/judge.py reset 06     start exercise 06 again from the
+    starter (your file is backed up)
 
 Maintainers: ``--solutions`` grades the reference solutions and ``--starters``
 the untouched starters instead of your files; ``--file PATH`` grades any file.
@@ -28,41 +29,83 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     from _judge import catalog, report, state  # noqa: E402
     from _judge.sandbox import grade_file  # noqa: E402
-except ImportError as missing:  # run with a Python that lacks the book's packages (rich, ...)
-    sys.exit(f"judge: this Python lacks the module '{missing.name}'. Run the judge with the book's environment: "
-             f"`make test` (or `make book`) creates .venv once, then `.venv/bin/python practice/judge.py`.")
+except (
+    ImportError
+) as missing:  # run with a Python that lacks the book's packages (rich, ...)
+    sys.exit(
+        f"judge: this Python lacks the module '{missing.name}'. Run the judge with the book's environment: "
+        f"`make test` (or `make book`) creates .venv once, then `.venv/bin/python practice/judge.py`."
+    )
 
 COMMANDS = ("list", "hint", "show", "all", "watch", "reset")
 
 
 class UsageError(Exception):
-    """The command line asks for something that does not exist; the message names the fix."""
+    """The command line asks for something that does not exist; the message names the
+    fix."""
 
 
 def parse(argv):
     p = argparse.ArgumentParser(
-        prog="judge.py", description="Grade your solutions to the exercises of Data Parallel from Scratch.",
+        prog="judge.py",
+        description="Grade your solutions to the exercises of Data Parallel from Scratch.",
         epilog="Examples: judge.py | judge.py 06 | judge.py hint 06 | judge.py watch | judge.py reset 06",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("words", nargs="*", metavar="[COMMAND] [ID]",
-                   help=f"an exercise id to grade, or one of {', '.join(COMMANDS)} followed by an id")
-    p.add_argument("--all", dest="all_hints", action="store_true", help="hint: show every hint at once")
-    p.add_argument("--poll", action="store_true", help="watch: poll the file instead of using file events")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "words",
+        nargs="*",
+        metavar="[COMMAND] [ID]",
+        help=f"an exercise id to grade, or one of {', '.join(COMMANDS)} followed by an id",
+    )
+    p.add_argument(
+        "--all",
+        dest="all_hints",
+        action="store_true",
+        help="hint: show every hint at once",
+    )
+    p.add_argument(
+        "--poll",
+        action="store_true",
+        help="watch: poll the file instead of using file events",
+    )
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--solutions", action="store_true", help="grade the reference solutions (maintainers)")
-    which.add_argument("--starters", action="store_true", help="grade the untouched starters (maintainers)")
+    which.add_argument(
+        "--solutions",
+        action="store_true",
+        help="grade the reference solutions (maintainers)",
+    )
+    which.add_argument(
+        "--starters",
+        action="store_true",
+        help="grade the untouched starters (maintainers)",
+    )
     which.add_argument("--file", help="grade this file instead of your workspace file")
-    p.add_argument("--timeout", type=float, help="time limit for one exercise, in seconds")
-    p.add_argument("--check-timeout", type=float, help="time limit for one check, in seconds")
-    p.add_argument("--jobs", type=int, default=1, help="all: grade this many exercises at once")
+    p.add_argument(
+        "--timeout", type=float, help="time limit for one exercise, in seconds"
+    )
+    p.add_argument(
+        "--check-timeout", type=float, help="time limit for one check, in seconds"
+    )
+    p.add_argument(
+        "--jobs", type=int, default=1, help="all: grade this many exercises at once"
+    )
     args = p.parse_args(argv)
     words = list(args.words)
-    args.command = words.pop(0) if words and words[0] in COMMANDS else ("grade" if words else "list")
+    args.command = (
+        words.pop(0)
+        if words and words[0] in COMMANDS
+        else ("grade" if words else "list")
+    )
     if len(words) > 1:
-        raise UsageError(f"too many words: {' '.join(args.words)}. Give one exercise id, e.g. `{report.command('06')}`")
+        raise UsageError(
+            f"too many words: {' '.join(args.words)}. Give one exercise id, e.g. `{report.command('06')}`"
+        )
     args.target = words[0] if words else None
     if args.command in ("hint", "show", "reset") and args.target is None:
-        raise UsageError(f"`{args.command}` needs an exercise id, e.g. `{report.command(args.command, '06')}`")
+        raise UsageError(
+            f"`{args.command}` needs an exercise id, e.g. `{report.command(args.command, '06')}`"
+        )
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     return args
@@ -80,40 +123,54 @@ def main(argv=None):
     except KeyboardInterrupt:
         console.print("\nstopped.", markup=False)
         return 130
-    except BrokenPipeError:  # `judge.py | head`: the reader stopped reading, nothing went wrong
+    except (
+        BrokenPipeError
+    ):  # `judge.py | head`: the reader stopped reading, nothing went wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:  # the judge never shows its own traceback to a reader
         if os.environ.get("JUDGE_DEBUG"):
             raise
-        console.print(f"judge: internal error ({type(e).__name__}: {e}). Your files are untouched. "
-                      f"Run again with JUDGE_DEBUG=1 for details, and please report it.", markup=False)
+        console.print(
+            f"judge: internal error ({type(e).__name__}: {e}). Your files are untouched. "
+            f"Run again with JUDGE_DEBUG=1 for details, and please report it.",
+            markup=False,
+        )
         return 3
 
 
 def run(args, exercises, console):
     progress = state.Progress()
     if args.command == "list":
-        report.print_table(console, exercises, _states(exercises, progress), progress.warning)
+        report.print_table(
+            console, exercises, _states(exercises, progress), progress.warning
+        )
         return 0
     if args.command == "all":
         return grade_many(args, exercises, console, progress)
     if args.command == "watch":
         from _judge.watch import watch
+
         return watch(args, exercises, console, progress, grade_one)
     ex = catalog.find(exercises, args.target)
     if args.command == "show":
         with open(ex.path("README.md"), encoding="utf-8") as f:
             console.print(f.read(), markup=False)
-        console.print(f"Your file: {report.rel(state.ensure_workspace(ex))}   Grade: {report.command(ex.number)}",
-                      markup=False)
+        console.print(
+            f"Your file: {report.rel(state.ensure_workspace(ex))}   Grade: {report.command(ex.number)}",
+            markup=False,
+        )
         return 0
     if args.command == "hint":
         return show_hint(ex, args, console, progress)
     if args.command == "reset":
         backup = state.reset(ex)
-        saved = f"; your previous file is saved as {report.rel(backup)}" if backup else ""
-        console.print(f"{report.rel(ex.workspace)} is the starter again{saved}.", markup=False)
+        saved = (
+            f"; your previous file is saved as {report.rel(backup)}" if backup else ""
+        )
+        console.print(
+            f"{report.rel(ex.workspace)} is the starter again{saved}.", markup=False
+        )
         return 0
     return 0 if grade_one(args, ex, console, progress).passed else 1
 
@@ -123,7 +180,8 @@ def _states(exercises, progress):
 
 
 def target_file(args, ex):
-    """Which file to grade: the reader's (created from the starter), or what a flag names."""
+    """Which file to grade: the reader's (created from the starter), or what a flag
+    names."""
     if args.solutions:
         return ex.path("solution.py")
     if args.starters:
@@ -136,9 +194,12 @@ def target_file(args, ex):
 
 
 def grade_one(args, ex, console, progress, quiet=False):
-    """Grade one exercise, print its report, remember the outcome (for the reader's own file)."""
+    """Grade one exercise, print its report, remember the outcome (for the reader's own
+    file)."""
     path = target_file(args, ex)
-    result = grade_file(ex, path, time_limit_s=args.timeout, check_timeout_s=args.check_timeout)
+    result = grade_file(
+        ex, path, time_limit_s=args.timeout, check_timeout_s=args.check_timeout
+    )
     own_file = not (args.solutions or args.starters or args.file)
     if own_file:
         progress.note_grade(ex, result)
@@ -146,7 +207,12 @@ def grade_one(args, ex, console, progress, quiet=False):
         report.print_report(console, ex, result, path, hints_total=len(ex.hints()))
         if own_file and result.passed:
             console.print()
-            report.print_next(console, catalog.load_exercises(), _states(catalog.load_exercises(), progress), after=ex)
+            report.print_next(
+                console,
+                catalog.load_exercises(),
+                _states(catalog.load_exercises(), progress),
+                after=ex,
+            )
     return result
 
 
@@ -155,14 +221,24 @@ def grade_many(args, exercises, console, progress):
     chosen = [catalog.find(exercises, args.target)] if args.target else exercises
     paths = {ex.id: target_file(args, ex) for ex in chosen}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {ex.id: pool.submit(grade_file, ex, paths[ex.id], time_limit_s=args.timeout,
-                                      check_timeout_s=args.check_timeout) for ex in chosen}
+        futures = {
+            ex.id: pool.submit(
+                grade_file,
+                ex,
+                paths[ex.id],
+                time_limit_s=args.timeout,
+                check_timeout_s=args.check_timeout,
+            )
+            for ex in chosen
+        }
         rows = []
         for ex in chosen:
             result = futures[ex.id].result()
             if not (args.solutions or args.starters or args.file):
                 progress.note_grade(ex, result)
-            report.print_report(console, ex, result, paths[ex.id], hints_total=len(ex.hints()))
+            report.print_report(
+                console, ex, result, paths[ex.id], hints_total=len(ex.hints())
+            )
             console.print(report.Text("-" * 60, style="dim"))
             rows.append((ex, result))
     report.print_summary(console, rows)
@@ -173,18 +249,29 @@ def show_hint(ex, args, console, progress):
     """The next hint not seen yet (or all of them with --all)."""
     hints = ex.hints()
     seen = progress.record(ex.id).get("hints_seen", 0)
-    # One new hint per call (the last one again once all are seen); --all shows them all.
+    # One new hint per call (the last one again once all are seen); --all shows them
+    # all.
     indices = range(len(hints)) if args.all_hints else [min(seen, len(hints) - 1)]
     for i in indices:
-        console.print(report.Text(f"Hint {i + 1} of {len(hints)} for {ex.number} {ex.title}", style="bold"))
+        console.print(
+            report.Text(
+                f"Hint {i + 1} of {len(hints)} for {ex.number} {ex.title}", style="bold"
+            )
+        )
         console.print(hints[i], markup=False)
         console.print()
     upto = indices[-1] + 1
     progress.note_hint(ex.id, max(seen, upto))
     if upto < len(hints):
-        console.print(f"Still stuck? `{report.command('hint', ex.number)}` again for hint {upto + 1}.", markup=False)
+        console.print(
+            f"Still stuck? `{report.command('hint', ex.number)}` again for hint {upto + 1}.",
+            markup=False,
+        )
     else:
-        console.print(f"That was the last hint. The statement: {report.rel(ex.path('README.md'))}", markup=False)
+        console.print(
+            f"That was the last hint. The statement: {report.rel(ex.path('README.md'))}",
+            markup=False,
+        )
     return 0
 
 

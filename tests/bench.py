@@ -35,16 +35,29 @@ def machine():
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+            cpu = next(
+                line.split(":", 1)[1].strip()
+                for line in f
+                if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "os": f"{platform.system()} {platform.release()}", "load average (1 min)": round(os.getloadavg()[0], 2)}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "os": f"{platform.system()} {platform.release()}",
+        "load average (1 min)": round(os.getloadavg()[0], 2),
+    }
 
 
 def _ten_million_parameter_mlp():
     torch.manual_seed(0)
-    width, depth = 1024, 9  # 9 x (1024 x 1024 + 1024) = 9.4M parameters, 37.8 MB of fp32 gradients
+    width, depth = (
+        1024,
+        9,
+    )  # 9 x (1024 x 1024 + 1024) = 9.4M parameters, 37.8 MB of fp32 gradients
     layers = []
     for _ in range(depth):
         layers += [nn.Linear(width, width), nn.ReLU()]
@@ -52,15 +65,22 @@ def _ten_million_parameter_mlp():
 
 
 def _ddp_pairs(caps_mb, warmup, pairs, batch):
-    """On each rank: for each cap, alternate MyDDP and DDP steps; return per-pair step times."""
+    """On each rank: for each cap, alternate MyDDP and DDP steps; return per-pair step
+    times."""
     from mylib import MyDDP
 
     out = {}
     for cap in caps_mb:
-        models = {"MyDDP": MyDDP(_ten_million_parameter_mlp(), bucket_cap_mb=cap),
-                  "DDP": nn.parallel.DistributedDataParallel(_ten_million_parameter_mlp(), bucket_cap_mb=cap)}
+        models = {
+            "MyDDP": MyDDP(_ten_million_parameter_mlp(), bucket_cap_mb=cap),
+            "DDP": nn.parallel.DistributedDataParallel(
+                _ten_million_parameter_mlp(), bucket_cap_mb=cap
+            ),
+        }
         opts = {k: torch.optim.SGD(m.parameters(), lr=1e-4) for k, m in models.items()}
-        x = torch.randn(batch, 1024, generator=torch.Generator().manual_seed(dist.get_rank()))
+        x = torch.randn(
+            batch, 1024, generator=torch.Generator().manual_seed(dist.get_rank())
+        )
         times = {k: [] for k in models}
         for i in range(warmup + pairs):
             for name, model in models.items():
@@ -72,7 +92,9 @@ def _ddp_pairs(caps_mb, warmup, pairs, batch):
                     model.finish_gradient_sync()
                 opts[name].step()
                 elapsed = torch.tensor([time.perf_counter() - t0])
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # a step lasts until its slowest rank is done
+                dist.all_reduce(
+                    elapsed, op=dist.ReduceOp.MAX
+                )  # a step lasts until its slowest rank is done
                 if i >= warmup:
                     times[name].append(elapsed.item())
         out[cap] = times
@@ -83,27 +105,49 @@ def run_ddp(caps_mb=(1, 5, 25), warmup=3, pairs=15, batch=64):
     """MyDDP vs PyTorch DDP: median of per-pair step-time ratios, per bucket cap."""
     from mylib import run_ranks
 
-    times = run_ranks(_ddp_pairs, 2, args=(caps_mb, warmup, pairs, batch), timeout_s=1800)[0]
+    times = run_ranks(
+        _ddp_pairs, 2, args=(caps_mb, warmup, pairs, batch), timeout_s=1800
+    )[0]
     rows = []
     for cap in caps_mb:
         mine, theirs = times[cap]["MyDDP"], times[cap]["DDP"]
         ratios = [a / b for a, b in zip(mine, theirs)]
-        rows.append([cap, statistics.median(mine) * 1e3, statistics.median(theirs) * 1e3,
-                     statistics.median(ratios), min(ratios), max(ratios)])
+        rows.append(
+            [
+                cap,
+                statistics.median(mine) * 1e3,
+                statistics.median(theirs) * 1e3,
+                statistics.median(ratios),
+                min(ratios),
+                max(ratios),
+            ]
+        )
     at_25 = next((r[3] for r in rows if r[0] == 25), None)
     return {
         "title": "MyDDP against PyTorch's DDP",
-        "summary": (f"2 gloo ranks, a 9.4M-parameter MLP (batch {batch} per rank), {pairs} alternating step pairs "
-                    f"per bucket cap after {warmup} warm-up pairs. Median ratio at 25 MB: {at_25:.3f} "
-                    f"(target: 1.05 or less)."),
+        "summary": (
+            f"2 gloo ranks, a 9.4M-parameter MLP (batch {batch} per rank), {pairs} alternating step pairs "
+            f"per bucket cap after {warmup} warm-up pairs. Median ratio at 25 MB: {at_25:.3f} "
+            f"(target: 1.05 or less)."
+        ),
         "machine": machine(),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "tables": [{"title": "Step time, MyDDP / DDP (median of pairs)",
-                    "columns": ["cap (MB)", "MyDDP step (ms)", "DDP step (ms)", "ratio (median)", "ratio (min)",
-                                "ratio (max)"],
-                    "rows": rows,
-                    "note": "A ratio below 1 means MyDDP was faster. Each pair runs both steps back to back, so "
-                            "load from other programs hits both alike."}],
+        "tables": [
+            {
+                "title": "Step time, MyDDP / DDP (median of pairs)",
+                "columns": [
+                    "cap (MB)",
+                    "MyDDP step (ms)",
+                    "DDP step (ms)",
+                    "ratio (median)",
+                    "ratio (min)",
+                    "ratio (max)",
+                ],
+                "rows": rows,
+                "note": "A ratio below 1 means MyDDP was faster. Each pair runs both steps back to back, so "
+                "load from other programs hits both alike.",
+            }
+        ],
     }
 
 
@@ -113,7 +157,7 @@ def benchmarks():
     sys.path.insert(0, HERE)
     for fname in sorted(os.listdir(HERE)):
         if fname.startswith("bench_") and fname.endswith(".py"):
-            found[fname[len("bench_"):-3]] = importlib.import_module(fname[:-3]).run
+            found[fname[len("bench_") : -3]] = importlib.import_module(fname[:-3]).run
     return found
 
 
@@ -122,8 +166,13 @@ def show(result):
     for table in result.get("tables", []):
         print(f"\n{table.get('title', '')}")
         cols = table["columns"]
-        cells = [[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row] for row in table["rows"]]
-        widths = [max(len(str(c)), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+        cells = [
+            [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+            for row in table["rows"]
+        ]
+        widths = [
+            max(len(str(c)), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)
+        ]
         print("  ".join(str(c).rjust(w) for c, w in zip(cols, widths)))
         for row in cells:
             print("  ".join(v.rjust(w) for v, w in zip(row, widths)))
@@ -144,7 +193,9 @@ def main(names):
         show(result)
         with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=1)
-    print(f"\nwritten to {RESULTS}/; `make book` puts them on the benchmarks page (Appendix).")
+    print(
+        f"\nwritten to {RESULTS}/; `make book` puts them on the benchmarks page (Appendix)."
+    )
 
 
 if __name__ == "__main__":

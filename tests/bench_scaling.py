@@ -1,4 +1,5 @@
-"""`make bench`: scaling at a fixed global batch on 1, 2 and 4 gloo ranks, beside the model (chapter 7).
+"""`make bench`: scaling at a fixed global batch on 1, 2 and 4 gloo ranks, beside the
+model (chapter 7).
 
 The chapter's experiment, with more steps: an MLP trained with ``MyDDP`` at a
 fixed global batch on 1, 2 and 4 ranks (one thread each), the typical step time
@@ -22,46 +23,83 @@ RANKS = (1, 2, 4)
 
 
 def run(width=512, depth=8, global_batch=64, steps=30, lr=0.01):
-    """Measured and predicted step time and efficiency per rank count; tests/bench.py's result format."""
+    """Measured and predicted step time and efficiency per rank count; tests/bench.py's
+    result format."""
 
     def make_model():
         return mlp([width] * (depth + 1))
 
     batches = global_batches(steps, global_batch, [width])
-    runs = {n: run_ranks(sm.train_fixed_global_batch, n, args=(make_model, batches, lr), timeout_s=1800,
-                         show_output=False)[0] for n in RANKS}
+    runs = {
+        n: run_ranks(
+            sm.train_fixed_global_batch,
+            n,
+            args=(make_model, batches, lr),
+            timeout_s=1800,
+            show_output=False,
+        )[0]
+        for n in RANKS
+    }
     reference = sm.train_single_process(make_model, batches, lr)
     probe, cores = make_model(), os.cpu_count()
     rows, base = [], {}
     for n in RANKS:
         step_s, allreduce_s, params = runs[n]
         forward_s, backward_s = sm.time_compute(probe, global_batch // n, width)
-        timeline, fit = sm.predicted_step(probe, n, forward_s, backward_s, allreduce_s, cores=cores)
+        timeline, fit = sm.predicted_step(
+            probe, n, forward_s, backward_s, allreduce_s, cores=cores
+        )
         measured = sm.typical(step_s)
         base.setdefault("measured", measured)
         base.setdefault("model", timeline.step_s)
         diff = max((p - r).abs().max().item() for p, r in zip(params, reference))
-        rows.append([n, measured * 1e3, min(step_s) * 1e3, timeline.step_s * 1e3,
-                     (timeline.step_s - measured) / measured * 100, base["measured"] / measured / n,
-                     base["model"] / timeline.step_s / n, fit.alpha * 1e6 if fit else None,
-                     fit.beta / 1e9 if fit else None, diff])
+        rows.append(
+            [
+                n,
+                measured * 1e3,
+                min(step_s) * 1e3,
+                timeline.step_s * 1e3,
+                (timeline.step_s - measured) / measured * 100,
+                base["measured"] / measured / n,
+                base["model"] / timeline.step_s / n,
+                fit.alpha * 1e6 if fit else None,
+                fit.beta / 1e9 if fit else None,
+                diff,
+            ]
+        )
     n_params = sum(p.numel() for p in probe.parameters())
     return {
         "title": "Scaling at a fixed global batch: measured and modelled (chapter 7)",
-        "summary": (f"An MLP of {depth} x Linear({width}, {width}) ({n_params / 1e6:.1f}M parameters, "
-                    f"{n_params * 4 / 2 ** 20:.1f} MB of fp32 gradients), global batch {global_batch}, {steps} "
-                    f"steps of MyDDP + SGD on 1, 2 and 4 gloo ranks with one thread each, on {cores} cores. "
-                    f"Efficiency at 4 ranks: measured {rows[-1][5]:.0%}, model {rows[-1][6]:.0%}."),
-        "tables": [{
-            "title": "Step time per rank count (median after 2 warm-up steps)",
-            "columns": ["ranks", "measured (ms)", "fastest (ms)", "model (ms)", "error (%)", "efficiency measured",
-                        "efficiency model", "alpha fitted (us)", "beta fitted (GB/s)", "max |diff| vs 1 process"],
-            "rows": rows,
-            "note": ("The model: one rank's compute timed at its share of the batch, stretched when ranks "
-                     "outnumber cores, plus the exposed communication of the timeline model with the alpha and "
-                     "beta fitted in the same run. The last column checks that every rank count trained to the "
-                     "same parameters as one process on the whole batch."),
-        }],
+        "summary": (
+            f"An MLP of {depth} x Linear({width}, {width}) ({n_params / 1e6:.1f}M parameters, "
+            f"{n_params * 4 / 2**20:.1f} MB of fp32 gradients), global batch {global_batch}, {steps} "
+            f"steps of MyDDP + SGD on 1, 2 and 4 gloo ranks with one thread each, on {cores} cores. "
+            f"Efficiency at 4 ranks: measured {rows[-1][5]:.0%}, model {rows[-1][6]:.0%}."
+        ),
+        "tables": [
+            {
+                "title": "Step time per rank count (median after 2 warm-up steps)",
+                "columns": [
+                    "ranks",
+                    "measured (ms)",
+                    "fastest (ms)",
+                    "model (ms)",
+                    "error (%)",
+                    "efficiency measured",
+                    "efficiency model",
+                    "alpha fitted (us)",
+                    "beta fitted (GB/s)",
+                    "max |diff| vs 1 process",
+                ],
+                "rows": rows,
+                "note": (
+                    "The model: one rank's compute timed at its share of the batch, stretched when ranks "
+                    "outnumber cores, plus the exposed communication of the timeline model with the alpha and "
+                    "beta fitted in the same run. The last column checks that every rank count trained to the "
+                    "same parameters as one process on the whole batch."
+                ),
+            }
+        ],
     }
 
 

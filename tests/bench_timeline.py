@@ -1,16 +1,15 @@
 """`make bench`: the timeline model against measured MyDDP steps, on 2 gloo ranks.
 
-For bucket caps 0 (one all-reduce per parameter), 1, 5 and 25 MB and one
-bucket at the end, each round calibrates the model on this machine (layer
-backward times, alpha and beta, contention between compute and communication;
-see :mod:`mylib.experiments.calibrate`) and then traces one real step per cap. Reported per
+For bucket caps 0 (one all-reduce per parameter), 1, 5 and 25 MB and one bucket at the
+end, each round calibrates the model on this machine (layer backward times, alpha and
+beta, contention between compute and communication; see
+:mod:`mylib.experiments.calibrate`) and then traces one real step per cap. Reported per
 cap: the model's and the measured step (medians over rounds), the median of the
-per-round errors, and whether the model picks the same best cap as the
-measurement. Target: within 15% at every cap. Nothing is asserted: this is a
-measurement, not a test. On a machine shared with other programs the same
-backward pass can take several times longer from one second to the next; the
-result reports the spread of the calibrated backward time over the rounds,
-which says how far the figures can be trusted.
+per-round errors, and whether the model picks the same best cap as the measurement.
+Target: within 15% at every cap. Nothing is asserted: this is a measurement, not a test.
+On a machine shared with other programs the same backward pass can take several times
+longer from one second to the next; the result reports the spread of the calibrated
+backward time over the rounds, which says how far the figures can be trusted.
 
     python tests/bench.py timeline
 """
@@ -18,7 +17,14 @@ which says how far the figures can be trusted.
 import statistics
 
 from mylib import run_ranks
-from mylib.experiments.calibrate import ALL_AT_END, backward_spread, cap_label, compare, cost_of_model_choice, experiment
+from mylib.experiments.calibrate import (
+    ALL_AT_END,
+    backward_spread,
+    cap_label,
+    compare,
+    cost_of_model_choice,
+    experiment,
+)
 
 CAPS = [0, 1, 5, 25, ALL_AT_END]
 TARGET = 0.15
@@ -26,15 +32,29 @@ TARGET = 0.15
 
 def run(rounds=9, n_layers=8, width=1024, batch_size=64):
     """Model vs measurement per cap; the result dict of tests/bench.py's format."""
-    result = run_ranks(experiment, 2, args=(CAPS,), kwargs=dict(n_layers=n_layers, width=width,
-                                                                 batch_size=batch_size, rounds=rounds),
-                       timeout_s=1800)[0]
+    result = run_ranks(
+        experiment,
+        2,
+        args=(CAPS,),
+        kwargs=dict(
+            n_layers=n_layers, width=width, batch_size=batch_size, rounds=rounds
+        ),
+        timeout_s=1800,
+    )[0]
     rows, best_model, best_measured = compare(result)
     plain_rows, _, _ = compare(result, contention=False)
     table = []
     for row, plain in zip(rows, plain_rows):
-        table.append([cap_label(row["cap"]), row["model_s"] * 1e3, row["measured_s"] * 1e3, row["error"] * 100,
-                      abs(row["error"]) <= TARGET, plain["error"] * 100])
+        table.append(
+            [
+                cap_label(row["cap"]),
+                row["model_s"] * 1e3,
+                row["measured_s"] * 1e3,
+                row["error"] * 100,
+                abs(row["error"]) <= TARGET,
+                plain["error"] * 100,
+            ]
+        )
     calibrations = [r["calibration"] for r in result["rounds"]]
     low, mid, high = backward_spread(result)
     worst = max(abs(row["error"]) for row in rows)
@@ -42,27 +62,49 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=64):
     choice_cost = cost_of_model_choice(rows, best_model, best_measured)
     return {
         "title": "The timeline model against measured MyDDP steps",
-        "summary": (f"2 gloo ranks, {n_layers} x Linear({width}, {width}) (batch {batch_size} per rank), {rounds} "
-                    f"rounds of calibrate-then-trace. Model within {TARGET:.0%} of the measurement at {within} of "
-                    f"{len(rows)} caps (worst error {worst:.0%}); best cap: model {cap_label(best_model)}, measured "
-                    f"{cap_label(best_measured)} ({'same' if best_model == best_measured else 'different'}); the "
-                    f"measured step at the model's best cap is {choice_cost:.1%} longer than at the measured best."),
+        "summary": (
+            f"2 gloo ranks, {n_layers} x Linear({width}, {width}) (batch {batch_size} per rank), {rounds} "
+            f"rounds of calibrate-then-trace. Model within {TARGET:.0%} of the measurement at {within} of "
+            f"{len(rows)} caps (worst error {worst:.0%}); best cap: model {cap_label(best_model)}, measured "
+            f"{cap_label(best_measured)} ({'same' if best_model == best_measured else 'different'}); the "
+            f"measured step at the model's best cap is {choice_cost:.1%} longer than at the measured best."
+        ),
         "model picks the measured best cap": best_model == best_measured,
         "measured step at the model's best cap / at the measured best": 1 + choice_cost,
         "backward time over rounds (ms, min / median / max)": f"{low * 1e3:.0f} / {mid * 1e3:.0f} / {high * 1e3:.0f}",
-        "alpha (us, median of rounds)": statistics.median(c["alpha_s"] for c in calibrations) * 1e6,
-        "beta (GB/s, median of rounds)": statistics.median(c["bandwidth"] for c in calibrations) / 1e9,
-        "comm stretch while computing (median)": statistics.median(c["comm_stretch"] for c in calibrations),
-        "compute stretch while communicating (median)": statistics.median(c["compute_stretch"] for c in calibrations),
-        "tables": [{
-            "title": "Step time (backward start to finish_gradient_sync done), medians over rounds",
-            "columns": ["cap", "model (ms)", "measured (ms)", "error (%)", f"within {TARGET:.0%}",
-                        "error without contention (%)"],
-            "rows": table,
-            "note": ("error = median over rounds of (model - measured) / measured, the model fed with the same "
-                     "round's calibration. The last column drops the contention factors (stretch 1): the plain "
-                     "alpha-beta overlap model."),
-        }],
+        "alpha (us, median of rounds)": statistics.median(
+            c["alpha_s"] for c in calibrations
+        )
+        * 1e6,
+        "beta (GB/s, median of rounds)": statistics.median(
+            c["bandwidth"] for c in calibrations
+        )
+        / 1e9,
+        "comm stretch while computing (median)": statistics.median(
+            c["comm_stretch"] for c in calibrations
+        ),
+        "compute stretch while communicating (median)": statistics.median(
+            c["compute_stretch"] for c in calibrations
+        ),
+        "tables": [
+            {
+                "title": "Step time (backward start to finish_gradient_sync done), medians over rounds",
+                "columns": [
+                    "cap",
+                    "model (ms)",
+                    "measured (ms)",
+                    "error (%)",
+                    f"within {TARGET:.0%}",
+                    "error without contention (%)",
+                ],
+                "rows": table,
+                "note": (
+                    "error = median over rounds of (model - measured) / measured, the model fed with the same "
+                    "round's calibration. The last column drops the contention factors (stretch 1): the plain "
+                    "alpha-beta overlap model."
+                ),
+            }
+        ],
     }
 
 

@@ -29,7 +29,11 @@ import urllib.parse
 
 import pytest
 
-CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+CHROMIUM_CANDIDATES = (
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+)
 INSTALL_HINT = "install Chromium: apt-get install -y chromium"
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 
@@ -48,7 +52,10 @@ def require_chromium():
     path = chromium_path()
     if path is None:
         pytest.skip(INSTALL_HINT)
-    pytest.importorskip("playwright.sync_api", reason="pip install playwright (no `playwright install` needed)")
+    pytest.importorskip(
+        "playwright.sync_api",
+        reason="pip install playwright (no `playwright install` needed)",
+    )
     return path
 
 
@@ -89,7 +96,8 @@ def launch_chromium(headless=True):
 
     with sync_playwright() as p:
         chromium = p.chromium.launch(
-            executable_path=path, headless=headless,
+            executable_path=path,
+            headless=headless,
             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
         )
         try:
@@ -112,7 +120,9 @@ def open_page(chromium, url, viewport=(1280, 900), wait_until="load", settle_ms=
     would need the network fails here instead of waiting for a timeout.
     """
     problems = []
-    context = chromium.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+    context = chromium.new_context(
+        viewport={"width": viewport[0], "height": viewport[1]}
+    )
 
     def route(r):
         if is_local(r.request.url):
@@ -124,12 +134,30 @@ def open_page(chromium, url, viewport=(1280, 900), wait_until="load", settle_ms=
     context.route("**/*", route)
     page = context.new_page()
     page.on("pageerror", lambda exc: problems.append(f"JavaScript error: {exc}"))
-    page.on("console", lambda msg: problems.append(f"console.{msg.type}: {msg.text}")
-            if msg.type == "error" else None)
-    page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url} ({req.failure})")
-            if is_local(req.url) else None)
-    page.on("response", lambda resp: problems.append(f"HTTP {resp.status}: {resp.url}")
-            if resp.status >= 400 else None)
+    page.on(
+        "console",
+        lambda msg: (
+            problems.append(f"console.{msg.type}: {msg.text}")
+            if msg.type == "error"
+            else None
+        ),
+    )
+    page.on(
+        "requestfailed",
+        lambda req: (
+            problems.append(f"request failed: {req.url} ({req.failure})")
+            if is_local(req.url)
+            else None
+        ),
+    )
+    page.on(
+        "response",
+        lambda resp: (
+            problems.append(f"HTTP {resp.status}: {resp.url}")
+            if resp.status >= 400
+            else None
+        ),
+    )
     try:
         page.goto(url, wait_until=wait_until)
         page.wait_for_timeout(settle_ms)

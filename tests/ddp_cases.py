@@ -22,7 +22,8 @@ class TiedMLP(nn.Module):
 
 
 def build(kind, sizes, seed=0, dtype=torch.float32):
-    """A small model: "mlp", "frozen" (first layer frozen), "tied", or "bn" (with BatchNorm buffers)."""
+    """A small model: "mlp", "frozen" (first layer frozen), "tied", or "bn" (with
+    BatchNorm buffers)."""
     torch.manual_seed(seed)
     if kind == "tied":
         return TiedMLP(sizes[0]).to(dtype)
@@ -46,8 +47,11 @@ def make_optimizer(name, params):
     return torch.optim.Adam(params, lr=0.01)
 
 
-def train_three_ways(kind, sizes, cap_mb, opt_name, steps, per_rank, dtype=torch.float32):
-    """Train MyDDP, PyTorch DDP and (for every kind but "bn") one process on the whole batch.
+def train_three_ways(
+    kind, sizes, cap_mb, opt_name, steps, per_rank, dtype=torch.float32
+):
+    """Train MyDDP, PyTorch DDP and (for every kind but "bn") one process on the whole
+    batch.
 
     Returns (max |MyDDP - single|, max |MyDDP - DDP|, number of buckets).
 
@@ -63,7 +67,9 @@ def train_three_ways(kind, sizes, cap_mb, opt_name, steps, per_rank, dtype=torch
     rank, world = dist.get_rank(), dist.get_world_size()
     # Ranks start from *different* weights: MyDDP must broadcast rank 0's.
     mine = MyDDP(build(kind, sizes, rank, dtype), bucket_cap_mb=cap_mb)
-    theirs = nn.parallel.DistributedDataParallel(build(kind, sizes, rank, dtype), bucket_cap_mb=max(cap_mb, 1e-6))
+    theirs = nn.parallel.DistributedDataParallel(
+        build(kind, sizes, rank, dtype), bucket_cap_mb=max(cap_mb, 1e-6)
+    )
     single = build(kind, sizes, 0, dtype)
     opts = [make_optimizer(opt_name, m.parameters()) for m in (mine, theirs, single)]
     lo, hi = rank * per_rank, (rank + 1) * per_rank

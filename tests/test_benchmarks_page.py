@@ -1,4 +1,5 @@
-"""The benchmarks page (book/benchmarks.py) shows what `make bench` wrote, whatever the benchmark."""
+"""The benchmarks page (book/benchmarks.py) shows what `make bench` wrote, whatever the
+benchmark."""
 
 import pathlib
 import sys
@@ -20,25 +21,53 @@ def _render(result, name="ddp.json"):
 
 
 def test_result_with_tables_and_machine():
-    section = _render({
-        "title": "MyDDP against PyTorch's DDP", "summary": "Median ratio at 25 MB: 1.010.",
-        "machine": {"cpu": "Test CPU", "cores": 2}, "date": "2026-01-01T00:00:00",
-        "model picks the measured best cap": True,
-        "tables": [{"title": "Step time", "columns": ["cap (MB)", "ratio"], "rows": [[25, 1.0101234]],
-                    "note": "below 1: MyDDP faster"}],
-    })
+    section = _render(
+        {
+            "title": "MyDDP against PyTorch's DDP",
+            "summary": "Median ratio at 25 MB: 1.010.",
+            "machine": {"cpu": "Test CPU", "cores": 2},
+            "date": "2026-01-01T00:00:00",
+            "model picks the measured best cap": True,
+            "tables": [
+                {
+                    "title": "Step time",
+                    "columns": ["cap (MB)", "ratio"],
+                    "rows": [[25, 1.0101234]],
+                    "note": "below 1: MyDDP faster",
+                }
+            ],
+        }
+    )
     text = section.astext()
-    for expected in ("MyDDP against PyTorch's DDP", "Median ratio at 25 MB: 1.010.", "Test CPU", "2026-01-01",
-                     "model picks the measured best cap", "yes", "Step time", "cap (MB)", "1.01",
-                     "below 1: MyDDP faster", "bench-results/ddp.json"):
+    for expected in (
+        "MyDDP against PyTorch's DDP",
+        "Median ratio at 25 MB: 1.010.",
+        "Test CPU",
+        "2026-01-01",
+        "model picks the measured best cap",
+        "yes",
+        "Step time",
+        "cap (MB)",
+        "1.01",
+        "below 1: MyDDP faster",
+        "bench-results/ddp.json",
+    ):
         assert expected in text, expected
     assert "1.0101234" not in text  # floats are shown to 4 significant digits
 
 
 def test_a_list_of_dicts_becomes_a_table():
-    section = _render({"rows_by_cap": [{"cap": 1, "ms": 2.5}, {"cap": 25, "ms": None}]}, "other_bench.json")
+    section = _render(
+        {"rows_by_cap": [{"cap": 1, "ms": 2.5}, {"cap": 25, "ms": None}]},
+        "other_bench.json",
+    )
     text = section.astext()
-    assert "other bench" in text and "rows by cap" in text and "2.5" in text and "-" in text
+    assert (
+        "other bench" in text
+        and "rows by cap" in text
+        and "2.5" in text
+        and "-" in text
+    )
 
 
 def test_cell_formatting():

@@ -1,4 +1,5 @@
-"""Chapter 6's live figures in a real browser: the memory calculator and the ZeRO-3 timeline.
+"""Chapter 6's live figures in a real browser: the memory calculator and the ZeRO-3
+timeline.
 
 On the built site, with no kernel and no network, moving a slider must redraw
 the figure with the numbers Python computes for the same slider positions
@@ -17,7 +18,9 @@ from mylib.figures.timeline_zero3 import ZERO3_TIMELINE_SLIDERS, zero3_timeline_
 
 pytestmark = pytest.mark.browser
 
-browser = pytest.importorskip("browser", reason="tests/browser.py (shared browser helpers) is missing")
+browser = pytest.importorskip(
+    "browser", reason="tests/browser.py (shared browser helpers) is missing"
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
@@ -30,41 +33,69 @@ READ_METRICS = """fig => Object.fromEntries(Array.from(fig.querySelectorAll('.li
 def python_metrics(svg):
     import xml.etree.ElementTree as ET
 
-    return {(f"{e.get('data-row')}:" if e.get("data-row") is not None else "") + e.get("data-metric"):
-            e.get("data-value") for e in ET.fromstring(svg).iter() if e.get("data-metric")}
+    return {
+        (f"{e.get('data-row')}:" if e.get("data-row") is not None else "")
+        + e.get("data-metric"): e.get("data-value")
+        for e in ET.fromstring(svg).iter()
+        if e.get("data-metric")
+    }
 
 
 @pytest.fixture(scope="module")
 def page():
     if not (SITE / PAGE).exists():
-        pytest.skip(f"no built chapter 6 in {SITE}: build the site first with `make book`")
+        pytest.skip(
+            f"no built chapter 6 in {SITE}: build the site first with `make book`"
+        )
     with browser.serve_site(SITE) as base_url, browser.launch_chromium() as chromium:
         with browser.open_page(chromium, f"{base_url}/{PAGE}") as (tab, problems):
             yield tab, problems
 
 
 def move(tab, fig, positions):
-    """Set slider positions (name -> raw position) and wait for the redraw each one causes."""
+    """Set slider positions (name -> raw position) and wait for the redraw each one
+    causes."""
     for name, position in positions.items():
         renders = int(fig.get_attribute("data-renders") or 0)
         fig.locator(f'.livefig-controls input[name="{name}"]').evaluate(
-            "(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input', {bubbles: true})); }", position)
-        tab.wait_for_function("([el, n]) => Number(el.dataset.renders) > n || el.dataset.state === 'error'",
-                              arg=[fig.element_handle(), renders], timeout=120000)
-        assert fig.get_attribute("data-state") == "live", fig.locator(".livefig-status").inner_text()
+            "(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input', {bubbles: true})); }",
+            position,
+        )
+        tab.wait_for_function(
+            "([el, n]) => Number(el.dataset.renders) > n || el.dataset.state === 'error'",
+            arg=[fig.element_handle(), renders],
+            timeout=120000,
+        )
+        assert fig.get_attribute("data-state") == "live", fig.locator(
+            ".livefig-status"
+        ).inner_text()
 
 
 def values_at(sliders, positions):
-    return {s.name: s.value_at(positions[s.name]) if s.name in positions else s.default for s in sliders}
+    return {
+        s.name: s.value_at(positions[s.name]) if s.name in positions else s.default
+        for s in sliders
+    }
 
 
-@pytest.mark.parametrize("function, specs, render, positions", [
-    ("memory_figure", MEMORY_SLIDERS, memory_figure,
-     # 70B on 8 ranks at ZeRO-2 (does not fit, at any rank count), then K = 8
-     [{"params_b": 9, "world_size": 3, "stage": 2}, {"k": 8}]),
-    ("zero3_timeline_figure", ZERO3_TIMELINE_SLIDERS, zero3_timeline_figure,
-     [{"bandwidth_gb_s": 1, "n_layers": 6}]),
-])
+@pytest.mark.parametrize(
+    "function, specs, render, positions",
+    [
+        (
+            "memory_figure",
+            MEMORY_SLIDERS,
+            memory_figure,
+            # 70B on 8 ranks at ZeRO-2 (does not fit, at any rank count), then K = 8
+            [{"params_b": 9, "world_size": 3, "stage": 2}, {"k": 8}],
+        ),
+        (
+            "zero3_timeline_figure",
+            ZERO3_TIMELINE_SLIDERS,
+            zero3_timeline_figure,
+            [{"bandwidth_gb_s": 1, "n_layers": 6}],
+        ),
+    ],
+)
 def test_sliders_redraw_with_pythons_numbers(page, function, specs, render, positions):
     tab, problems = page
     fig = tab.locator(f'.livefig[data-function="{function}"]')
@@ -72,7 +103,9 @@ def test_sliders_redraw_with_pythons_numbers(page, function, specs, render, posi
     fig.scroll_into_view_if_needed()
     sliders = [Slider(**s) for s in specs]
     # The default drawing is there before any Python loads.
-    assert fig.evaluate(READ_METRICS) == python_metrics(render(**values_at(sliders, {})))
+    assert fig.evaluate(READ_METRICS) == python_metrics(
+        render(**values_at(sliders, {}))
+    )
     moved = {}
     for step in positions:
         move(tab, fig, step)
@@ -85,7 +118,9 @@ def test_sliders_redraw_with_pythons_numbers(page, function, specs, render, posi
 def test_memory_calculator_says_what_fits(page):
     tab, _ = page
     fig = tab.locator('.livefig[data-function="memory_figure"]')
-    move(tab, fig, {"params_b": 9, "world_size": 5, "stage": 3, "k": 12})  # 70B, 32 ranks, ZeRO-3
+    move(
+        tab, fig, {"params_b": 9, "world_size": 5, "stage": 3, "k": 12}
+    )  # 70B, 32 ranks, ZeRO-3
     metrics = fig.evaluate(READ_METRICS)
     assert metrics["fits"] == "True" and metrics["min_ranks"] == "14"
     assert float(metrics["total_gb"]) == pytest.approx(16 * 70 / 32)

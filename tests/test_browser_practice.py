@@ -1,4 +1,5 @@
-"""The practice page in a real browser: exercises written and graded in the page, offline.
+"""The practice page in a real browser: exercises written and graded in the page,
+offline.
 
 The page is generated from the judge's metadata, and grades the exercises
 that need only Python on Pyodide with the judge's own checks. Here, in
@@ -28,13 +29,15 @@ from _judge import catalog  # noqa: E402
 from _judge.browser import report_lines  # noqa: E402
 from _judge.sandbox import grade_file  # noqa: E402
 
-browser = pytest.importorskip("browser", reason="tests/browser.py (shared browser helpers) is missing")
+browser = pytest.importorskip(
+    "browser", reason="tests/browser.py (shared browser helpers) is missing"
+)
 
 EXERCISES = catalog.load_exercises()
 IN_PAGE = [ex for ex in EXERCISES if ex.browser]
 BUCKETS = catalog.find(EXERCISES, "06")
 
-WRONG_BUCKETS = '''\
+WRONG_BUCKETS = """\
 def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
     # Wrong on purpose: forward order instead of backward order.
     buckets, current, size = [], [], 0
@@ -47,13 +50,15 @@ def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
     if current:
         buckets.append(current)
     return buckets
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def page():
     if not (SITE / PAGE).exists():
-        pytest.skip(f"no practice page in {SITE}: build the site first with `make book`")
+        pytest.skip(
+            f"no practice page in {SITE}: build the site first with `make book`"
+        )
     with browser.serve_site(SITE) as base_url, browser.launch_chromium() as chromium:
         with browser.open_page(chromium, f"{base_url}/{PAGE}") as (p, problems):
             p.problems = problems
@@ -61,13 +66,17 @@ def page():
 
 
 def grade_in_page(page, exercise, code, timeout_ms=120_000):
-    """Type ``code`` into the exercise's editor, press Grade, wait; return (verdict, text)."""
+    """Type ``code`` into the exercise's editor, press Grade, wait; return (verdict,
+    text)."""
     box = page.locator(f'.practice-editor[data-exercise="{exercise.id}"]')
     box.locator(".practice-code").fill(code)
     box.locator(".practice-grade").click()
     page.wait_for_function(
         "id => { const r = document.querySelector(`.practice-editor[data-exercise='${id}'] .practice-result`);"
-        " return r && r.dataset.verdict; }", arg=exercise.id, timeout=timeout_ms)
+        " return r && r.dataset.verdict; }",
+        arg=exercise.id,
+        timeout=timeout_ms,
+    )
     result = box.locator(".practice-result")
     return result.get_attribute("data-verdict"), result.inner_text()
 
@@ -77,26 +86,48 @@ def judge_lines(exercise, code, tmp_path):
     path = tmp_path / "mine.py"
     path.write_text(code)
     report = grade_file(exercise, str(path))
-    return report, [text for _, text in report_lines({"verdict": report.verdict, "message": report.message,
-                                                      "where": report.where, "results": report.results})]
+    return report, [
+        text
+        for _, text in report_lines(
+            {
+                "verdict": report.verdict,
+                "message": report.message,
+                "where": report.where,
+                "results": report.results,
+            }
+        )
+    ]
 
 
 def test_the_page_lists_every_exercise_from_the_metadata(page):
     for ex in EXERCISES:
-        assert page.locator(f"#{ex.label}").count() == 1, f"no section labelled {ex.label}"
+        assert page.locator(f"#{ex.label}").count() == 1, (
+            f"no section labelled {ex.label}"
+        )
         heading = page.locator(f"xpath=//*[@id='{ex.label}']/following::h2[1]")
-        assert f"{ex.number} · {ex.title}" in heading.inner_text().replace("\u2019", "'")  # smart quotes
+        assert f"{ex.number} · {ex.title}" in heading.inner_text().replace(
+            "\u2019", "'"
+        )  # smart quotes
     editors = page.locator(".practice-editor")
-    assert sorted(editors.evaluate_all("els => els.map(e => e.dataset.exercise)")) == [ex.id for ex in IN_PAGE]
+    assert sorted(editors.evaluate_all("els => els.map(e => e.dataset.exercise)")) == [
+        ex.id for ex in IN_PAGE
+    ]
     # The starter is in the page before any script runs: readable at once.
     first = IN_PAGE[0]
-    assert "raise NotImplementedError" in page.locator(f'.practice-editor[data-exercise="{first.id}"] textarea').input_value()
+    assert (
+        "raise NotImplementedError"
+        in page.locator(
+            f'.practice-editor[data-exercise="{first.id}"] textarea'
+        ).input_value()
+    )
 
 
 @pytest.mark.parametrize("exercise_id", [ex.id for ex in IN_PAGE])
 def test_reference_solution_passes_in_the_page(page, exercise_id):
     ex = catalog.find(EXERCISES, exercise_id)
-    verdict, text = grade_in_page(page, ex, open(ex.path("solution.py"), encoding="utf-8").read())
+    verdict, text = grade_in_page(
+        page, ex, open(ex.path("solution.py"), encoding="utf-8").read()
+    )
     assert verdict == "passed", text
     assert "PASSED: all" in text
 
@@ -107,7 +138,9 @@ def test_wrong_answer_fails_with_the_judges_own_lines(page, tmp_path):
     assert verdict == report.verdict == "failed"
     assert "FAIL    the first example of the statement" in text
     for line in lines:  # every line the terminal prints, the page prints too
-        assert line.strip() in text, f"the page lacks the judge's line {line!r}\n--- page ---\n{text}"
+        assert line.strip() in text, (
+            f"the page lacks the judge's line {line!r}\n--- page ---\n{text}"
+        )
 
 
 def test_untouched_starter_says_not_written_yet(page, tmp_path):
@@ -115,7 +148,9 @@ def test_untouched_starter_says_not_written_yet(page, tmp_path):
     verdict, text = grade_in_page(page, BUCKETS, starter)
     report, lines = judge_lines(BUCKETS, starter, tmp_path)
     assert verdict == "failed" and "TODO" in text and "not written yet" in text
-    assert [line.strip() for line in lines if line.strip()] == [line.strip() for line in text.splitlines() if line.strip()]
+    assert [line.strip() for line in lines if line.strip()] == [
+        line.strip() for line in text.splitlines() if line.strip()
+    ]
 
 
 def test_syntax_error_reads_as_in_the_terminal(page, tmp_path):
@@ -132,10 +167,15 @@ def test_infinite_loop_is_stopped_and_the_page_recovers(page):
         loop = "def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):\n    while True:\n        pass\n"
         verdict, text = grade_in_page(page, BUCKETS, loop)
         assert verdict == "timeout"
-        assert "time limit of 3 s during the check 'the first example of the statement'" in text
+        assert (
+            "time limit of 3 s during the check 'the first example of the statement'"
+            in text
+        )
     finally:
         page.evaluate("window.PRACTICE_TIME_LIMIT_S = undefined")
-    verdict, text = grade_in_page(page, BUCKETS, open(BUCKETS.path("solution.py"), encoding="utf-8").read())
+    verdict, text = grade_in_page(
+        page, BUCKETS, open(BUCKETS.path("solution.py"), encoding="utf-8").read()
+    )
     assert verdict == "passed", text
 
 
@@ -147,12 +187,20 @@ def test_code_is_kept_across_a_reload_and_hints_show(page):
     box = page.locator(f'.practice-editor[data-exercise="{BUCKETS.id}"]')
     assert box.locator(".practice-code").input_value() == "# my work in progress\n"
     box.locator(".practice-hint").click()
-    page.wait_for_selector(f'.practice-editor[data-exercise="{BUCKETS.id}"] .practice-hint-text')
-    assert box.locator(".practice-hint-text").first.inner_text().startswith(f"Hint 1 of {len(BUCKETS.hints())}")
+    page.wait_for_selector(
+        f'.practice-editor[data-exercise="{BUCKETS.id}"] .practice-hint-text'
+    )
+    assert (
+        box.locator(".practice-hint-text")
+        .first.inner_text()
+        .startswith(f"Hint 1 of {len(BUCKETS.hints())}")
+    )
     box.locator(".practice-reset").click()
     page.wait_for_function(
         "id => document.querySelector(`.practice-editor[data-exercise='${id}'] textarea`).value"
-        ".includes('NotImplementedError')", arg=BUCKETS.id)
+        ".includes('NotImplementedError')",
+        arg=BUCKETS.id,
+    )
 
 
 def test_no_errors_and_no_network(page):

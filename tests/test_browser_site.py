@@ -25,7 +25,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
 SHOTS = SITE.parent / "screenshots"
 
-browser = pytest.importorskip("browser", reason="tests/browser.py (shared browser helpers) is missing")
+browser = pytest.importorskip(
+    "browser", reason="tests/browser.py (shared browser helpers) is missing"
+)
 
 
 def site_pages():
@@ -33,8 +35,11 @@ def site_pages():
     if not (SITE / "index.html").exists():
         return []
     skip = ("_static/", "_sources/", "_images/")
-    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
-                  if not p.relative_to(SITE).as_posix().startswith(skip))
+    return sorted(
+        p.relative_to(SITE).as_posix()
+        for p in SITE.rglob("*.html")
+        if not p.relative_to(SITE).as_posix().startswith(skip)
+    )
 
 
 def chapter_pages():
@@ -57,6 +62,7 @@ def chromium():
 
 # --- links: parsed from the HTML files themselves, so every href is checked ---
 
+
 class _Anchors(html.parser.HTMLParser):
     """Collects each page's link targets and the ids it defines."""
 
@@ -73,7 +79,13 @@ class _Anchors(html.parser.HTMLParser):
             self.links.append(attrs["href"])
         if tag in ("link", "script", "img") and (attrs.get("href") or attrs.get("src")):
             target = attrs.get("href") or attrs.get("src")
-            if tag != "link" or attrs.get("rel") in ("stylesheet", "preload", "icon", "prev", "next"):
+            if tag != "link" or attrs.get("rel") in (
+                "stylesheet",
+                "preload",
+                "icon",
+                "prev",
+                "next",
+            ):
                 self.links.append(target)
 
 
@@ -87,9 +99,17 @@ def test_site_has_the_book():
     pages = site_pages()
     if not pages:
         pytest.skip(f"no built site in {SITE}: build it first with `make book`")
-    for expected in ("book/intro.html", "book/setup.html", "book/glossary.html",
-                     "book/references.html", "book/benchmarks.html", "search.html"):
-        assert expected in pages, f"{expected} missing from the built site; is it in _toc.yml?"
+    for expected in (
+        "book/intro.html",
+        "book/setup.html",
+        "book/glossary.html",
+        "book/references.html",
+        "book/benchmarks.html",
+        "search.html",
+    ):
+        assert expected in pages, (
+            f"{expected} missing from the built site; is it in _toc.yml?"
+        )
 
 
 def test_no_broken_internal_link():
@@ -101,10 +121,17 @@ def test_no_broken_internal_link():
     for page, anchors in parsed.items():
         for href in anchors.links:
             url = urllib.parse.urlsplit(href)
-            if url.scheme in ("http", "https", "mailto", "data", "javascript") or url.netloc:
+            if (
+                url.scheme in ("http", "https", "mailto", "data", "javascript")
+                or url.netloc
+            ):
                 continue
             path = urllib.parse.unquote(url.path)
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(page), path)) if path else page
+            target = (
+                posixpath.normpath(posixpath.join(posixpath.dirname(page), path))
+                if path
+                else page
+            )
             if target.startswith(".."):
                 broken.append(f"{page}: {href} points outside the site")
                 continue
@@ -116,11 +143,14 @@ def test_no_broken_internal_link():
                 broken.append(f"{page}: {href} -> {target} does not exist")
             elif url.fragment and target.endswith(".html") and target in parsed:
                 if url.fragment not in parsed[target].ids:
-                    broken.append(f"{page}: {href} -> no id '{url.fragment}' in {target}")
+                    broken.append(
+                        f"{page}: {href} -> no id '{url.fragment}' in {target}"
+                    )
     assert not broken, "broken links in the built site:\n" + "\n".join(broken)
 
 
 # --- every page in the browser ---
+
 
 @pytest.mark.parametrize("page", site_pages() or ["(site not built)"])
 def test_page_loads_offline(site, chromium, page):
@@ -128,11 +158,18 @@ def test_page_loads_offline(site, chromium, page):
         pytest.skip(f"no built site in {SITE}: build it first with `make book`")
     with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
         assert tab.title(), f"{page} has no title"
-        if tab.locator("mjx-container").count() == 0 and tab.locator("span.math, div.math").count() > 0:
-            tab.wait_for_selector("mjx-container", timeout=15000)   # MathJax typesets after load
+        if (
+            tab.locator("mjx-container").count() == 0
+            and tab.locator("span.math, div.math").count() > 0
+        ):
+            tab.wait_for_selector(
+                "mjx-container", timeout=15000
+            )  # MathJax typesets after load
         if page.startswith("notebooks/"):
             SHOTS.mkdir(parents=True, exist_ok=True)
-            tab.screenshot(path=str(SHOTS / (page.replace("/", "_")[:-5] + ".png")), full_page=True)
+            tab.screenshot(
+                path=str(SHOTS / (page.replace("/", "_")[:-5] + ".png")), full_page=True
+            )
     assert not problems, f"{page}:\n" + "\n".join(problems)
 
 
@@ -148,31 +185,43 @@ def test_arrow_keys_go_to_the_next_and_previous_page(site, chromium):
         next_href = tab.locator("a.right-next").get_attribute("href")
         assert next_href, "the introduction has no 'next' link"
         tab.keyboard.press("ArrowRight")
-        tab.wait_for_url("**/" + posixpath.basename(next_href.split("#")[0]), timeout=10000)
+        tab.wait_for_url(
+            "**/" + posixpath.basename(next_href.split("#")[0]), timeout=10000
+        )
         tab.keyboard.press("ArrowLeft")
         tab.wait_for_url("**/book/intro.html", timeout=10000)
     assert not problems, "\n".join(problems)
 
 
 def test_search_finds_a_glossary_term(site, chromium):
-    with browser.open_page(chromium, f"{site}/search.html?q=all-reduce") as (tab, problems):
+    with browser.open_page(chromium, f"{site}/search.html?q=all-reduce") as (
+        tab,
+        problems,
+    ):
         tab.wait_for_selector("#search-results ul.search li", timeout=20000)
-        hits = tab.locator("#search-results ul.search li a").evaluate_all("els => els.map(e => e.href)")
+        hits = tab.locator("#search-results ul.search li a").evaluate_all(
+            "els => els.map(e => e.href)"
+        )
         assert any("glossary" in h for h in hits), hits
     assert not problems, "\n".join(problems)
 
 
 def test_page_buttons(site, chromium):
-    """Every page offers 'edit this page' and source download; chapters offer their .ipynb."""
+    """Every page offers 'edit this page' and source download; chapters offer their
+    .ipynb."""
     pages = ["book/intro.html"] + chapter_pages()[:1]
     for page in pages:
         with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
             edit = tab.locator("a.btn-source-edit-button")
             assert edit.count() == 1, f"{page}: no 'edit this page' button"
             assert "/edit/" in edit.get_attribute("href")
-            downloads = tab.locator(".dropdown-download-buttons a").evaluate_all("els => els.map(e => e.href)")
+            downloads = tab.locator(".dropdown-download-buttons a").evaluate_all(
+                "els => els.map(e => e.href)"
+            )
             source = "ipynb" if page.startswith("notebooks/") else "md"
-            assert any(h.endswith("." + source) for h in downloads), f"{page}: no .{source} download in {downloads}"
+            assert any(h.endswith("." + source) for h in downloads), (
+                f"{page}: no .{source} download in {downloads}"
+            )
             for href in downloads:
                 if href.startswith(site):
                     assert tab.request.get(href).ok, f"{page}: download {href} fails"
@@ -180,28 +229,41 @@ def test_page_buttons(site, chromium):
 
 
 def test_exercises_link_to_their_solutions(site, chromium):
-    """sphinx-exercise: numbered exercises, and each solution links back to its exercise."""
-    pages = [p for p in chapter_pages() if 'class="solution' in (SITE / p).read_text(encoding="utf-8")]
+    """sphinx-exercise: numbered exercises, and each solution links back to its
+    exercise."""
+    pages = [
+        p
+        for p in chapter_pages()
+        if 'class="solution' in (SITE / p).read_text(encoding="utf-8")
+    ]
     if not pages:
         pytest.skip("no chapter with an {exercise}/{solution} pair built yet")
     for page in pages:
         parsed = _parse(page)
         text = (SITE / page).read_text(encoding="utf-8")
-        assert "Exercise 1" in text or "Exercise " in text, f"{page}: exercises are not numbered"
-        solution_links = [h for h in parsed.links if h.startswith("#") and h[1:] in parsed.ids]
+        assert "Exercise 1" in text or "Exercise " in text, (
+            f"{page}: exercises are not numbered"
+        )
+        solution_links = [
+            h for h in parsed.links if h.startswith("#") and h[1:] in parsed.ids
+        ]
         assert solution_links, f"{page}: no solution links to its exercise"
 
 
 def live_figure_pages():
     """Chapter pages whose built HTML holds an interactive (Pyodide-backed) figure."""
-    return [p for p in chapter_pages()
-            if 'class="livefig"' in (SITE / p).read_text(encoding="utf-8")
-            and "data-module=" in (SITE / p).read_text(encoding="utf-8")]
+    return [
+        p
+        for p in chapter_pages()
+        if 'class="livefig"' in (SITE / p).read_text(encoding="utf-8")
+        and "data-module=" in (SITE / p).read_text(encoding="utf-8")
+    ]
 
 
 @pytest.mark.parametrize("page", live_figure_pages() or ["(no live figure built)"])
 def test_every_chapter_live_figure_redraws(site, chromium, page):
-    """On each chapter with live figures: the default drawing shows, a slider moves, Python redraws it."""
+    """On each chapter with live figures: the default drawing shows, a slider moves,
+    Python redraws it."""
     if page == "(no live figure built)":
         pytest.skip("no chapter with a live figure in the built site yet")
     with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
@@ -210,7 +272,9 @@ def test_every_chapter_live_figure_redraws(site, chromium, page):
             fig = figures.nth(i)
             fig.scroll_into_view_if_needed()
             before = fig.locator(".livefig-figure").inner_html()
-            assert "<svg" in before or "<table" in before, f"{page}: figure {i} shows no default drawing"
+            assert "<svg" in before or "<table" in before, (
+                f"{page}: figure {i} shows no default drawing"
+            )
             slider = fig.locator(".livefig-controls input[type=range]").first
             renders = int(fig.get_attribute("data-renders") or 0)
             slider.focus()
@@ -219,10 +283,15 @@ def test_every_chapter_live_figure_redraws(site, chromium, page):
             slider.press("Home" if at_max else "End")
             tab.wait_for_function(
                 "([el, n]) => Number(el.dataset.renders) > n || el.dataset.state === 'error'",
-                arg=[fig.element_handle(), renders], timeout=90000)
+                arg=[fig.element_handle(), renders],
+                timeout=90000,
+            )
             assert fig.get_attribute("data-state") == "live", (
                 f"{page}: figure {i} ended in state {fig.get_attribute('data-state')}: "
-                + fig.locator(".livefig-status").inner_text())
+                + fig.locator(".livefig-status").inner_text()
+            )
             after = fig.locator(".livefig-figure").inner_html()
-            assert after != before, f"{page}: figure {i} did not change when its slider moved"
+            assert after != before, (
+                f"{page}: figure {i} did not change when its slider moved"
+            )
     assert not problems, f"{page}:\n" + "\n".join(problems)

@@ -1,4 +1,5 @@
-"""Chapter 3's live figure on the static site, in headless Chromium, with no kernel and no network.
+"""Chapter 3's live figure on the static site, in headless Chromium, with no kernel and
+no network.
 
 The page must show the default drawing before any Python has loaded; moving a
 slider must load Pyodide from the site, redraw with the book's own Python, and
@@ -16,8 +17,8 @@ import pathlib
 import pytest
 
 from mylib.figures.livefig import Slider
-from mylib.models.timeline import METRIC_KEYS
 from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
+from mylib.models.timeline import METRIC_KEYS
 
 pytestmark = pytest.mark.browser
 
@@ -25,15 +26,24 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
 PAGE = "notebooks/03_bucketing_overlap.html"
 SLIDERS = [Slider(**spec) for spec in BUCKETING_SLIDERS]
-SHOWN = ("step_s", "exposed_comm_s", "overlap", "n_buckets")  # the numbers in the figure's panel
+SHOWN = (
+    "step_s",
+    "exposed_comm_s",
+    "overlap",
+    "n_buckets",
+)  # the numbers in the figure's panel
 
-browser = pytest.importorskip("browser", reason="tests/browser.py (shared browser helpers) is missing")
+browser = pytest.importorskip(
+    "browser", reason="tests/browser.py (shared browser helpers) is missing"
+)
 
 
 @pytest.fixture(scope="module")
 def page():
     if not (SITE / PAGE).exists():
-        pytest.skip(f"no built chapter 3 in {SITE}: build the site first with `make book`")
+        pytest.skip(
+            f"no built chapter 3 in {SITE}: build the site first with `make book`"
+        )
     with browser.serve_site(SITE) as base, browser.launch_chromium() as chromium:
         requested = []
         with browser.open_page(chromium, f"{base}/{PAGE}") as (pg, problems):
@@ -51,7 +61,8 @@ def expected_numbers(values):
 
 def shown_numbers(pg):
     cells = pg.locator(".livefig .livefig-figure text[data-metric]").evaluate_all(
-        "els => els.map(e => [Number(e.dataset.timeline), e.dataset.metric, e.dataset.value])")
+        "els => els.map(e => [Number(e.dataset.timeline), e.dataset.metric, e.dataset.value])"
+    )
     rows = {}
     for k, key, value in cells:
         rows.setdefault(k, {})[key] = float(value)
@@ -64,13 +75,20 @@ def move(pg, name, key, presses=1):
     pg.locator(f".livefig input[name={name}]").focus()
     for _ in range(presses):
         pg.keyboard.press(key)
-    # Each press may start a redraw; wait until the drawing shows the slider's final position.
+    # Each press may start a redraw; wait until the drawing shows the slider's final
+    # position.
     pg.wait_for_function(
         """([before, name, want]) => {
              const f = document.querySelector('.livefig');
              return Number(f.dataset.renders) > before && f.dataset.state === 'live'
                     && JSON.parse(f.dataset.positions)[name] === want; }""",
-        arg=[before, name, float(pg.locator(f".livefig input[name={name}]").input_value())], timeout=120_000)
+        arg=[
+            before,
+            name,
+            float(pg.locator(f".livefig input[name={name}]").input_value()),
+        ],
+        timeout=120_000,
+    )
     return json.loads(figure.get_attribute("data-positions"))
 
 
@@ -82,37 +100,57 @@ def test_default_figure_shows_before_python_loads(page):
     assert pg.locator(".livefig .livefig-figure svg").count() == 1
     defaults = {s.name: s.default for s in SLIDERS}
     assert shown_numbers(pg) == expected_numbers(defaults)
-    assert not [url for url in requested if "pyodide" in url], "Pyodide must load only when a slider moves"
+    assert not [url for url in requested if "pyodide" in url], (
+        "Pyodide must load only when a slider moves"
+    )
     for s in SLIDERS:
-        assert pg.locator(f".livefig input[name={s.name}] + output").inner_text() == s.text(s.default)
+        assert pg.locator(
+            f".livefig input[name={s.name}] + output"
+        ).inner_text() == s.text(s.default)
     assert not problems, "\n".join(problems)
 
 
 def test_moving_sliders_redraws_with_the_python_model(page):
     pg, problems, _ = page
     before_svg = pg.locator(".livefig .livefig-figure").inner_html()
-    moves = [("bucket_cap_mb", "ArrowRight", 1), ("bandwidth_gb_s", "ArrowLeft", 2), ("n_layers", "ArrowLeft", 3),
-             ("latency_us", "End", 1), ("backward_ms_per_layer", "ArrowRight", 2)]
+    moves = [
+        ("bucket_cap_mb", "ArrowRight", 1),
+        ("bandwidth_gb_s", "ArrowLeft", 2),
+        ("n_layers", "ArrowLeft", 3),
+        ("latency_us", "End", 1),
+        ("backward_ms_per_layer", "ArrowRight", 2),
+    ]
     for name, key, presses in moves:
         positions = move(pg, name, key, presses)
         values = values_at(positions)
         assert shown_numbers(pg) == expected_numbers(values), (name, values)
         slider = next(s for s in SLIDERS if s.name == name)
-        assert pg.locator(f".livefig input[name={name}] + output").inner_text() == slider.text(values[name])
+        assert pg.locator(
+            f".livefig input[name={name}] + output"
+        ).inner_text() == slider.text(values[name])
     figure = pg.locator(".livefig").first
     assert figure.get_attribute("data-state") == "live"
     assert pg.locator(".livefig .livefig-figure").inner_html() != before_svg
-    assert [url for url in page[2] if "_static/pyodide/" in url], "the redraw should come from the site's Pyodide"
+    assert [url for url in page[2] if "_static/pyodide/" in url], (
+        "the redraw should come from the site's Pyodide"
+    )
     assert not problems, "\n".join(problems)
 
 
 def test_every_slider_position_agrees_with_the_python_model(page):
-    """Each slider through all its positions (the others at their defaults), computed by the page's Pyodide."""
+    """Each slider through all its positions (the others at their defaults), computed by
+    the page's Pyodide."""
     pg, problems, _ = page
     cases = []
     for s in SLIDERS:
-        positions = range(len(s.options)) if s.kind == "options" else \
-            [s.min + k * s.step for k in range(int(round((s.max - s.min) / s.step)) + 1)]
+        positions = (
+            range(len(s.options))
+            if s.kind == "options"
+            else [
+                s.min + k * s.step
+                for k in range(int(round((s.max - s.min) / s.step)) + 1)
+            ]
+        )
         for position in positions:
             cases.append({s.name: position})
     script = """
@@ -133,10 +171,15 @@ json.dumps(out)
              py.globals.set('CASES', cases);
              py.globals.set('SHOWN', py.toPy(shown));
              return JSON.parse(py.runPython(script));
-           }""", [json.dumps(cases), list(SHOWN), script])
+           }""",
+        [json.dumps(cases), list(SHOWN), script],
+    )
     assert len(got) == len(cases) > 150
     for case, numbers in zip(cases, got):
-        values = {s.name: s.value_at(case[s.name]) if s.name in case else s.default for s in SLIDERS}
+        values = {
+            s.name: s.value_at(case[s.name]) if s.name in case else s.default
+            for s in SLIDERS
+        }
         assert numbers == expected_numbers(values), case
     assert set(SHOWN) <= set(METRIC_KEYS)
     assert not problems, "\n".join(problems)

@@ -12,7 +12,8 @@ NUMEL = 12  # divisible by 1, 2, 3 and 4: the ring formulas are exact
 
 
 def _every_collective():
-    """Run each wrapped collective next to torch's own; return (results equal?, bytes counted) per op."""
+    """Run each wrapped collective next to torch's own; return (results equal?, bytes
+    counted) per op."""
     rank, n = dist.get_rank(), dist.get_world_size()
     x = torch.arange(NUMEL, dtype=torch.float32) + 100 * rank
     out = {}
@@ -27,14 +28,22 @@ def _every_collective():
     with count_bytes() as stats:
         comm.reduce_scatter_tensor(shard, x.clone())
     dist.reduce_scatter_tensor(expected, x.clone())
-    out["reduce_scatter"] = (torch.equal(shard, expected), stats.bytes_sent, dict(stats.calls))
+    out["reduce_scatter"] = (
+        torch.equal(shard, expected),
+        stats.bytes_sent,
+        dict(stats.calls),
+    )
 
     mine = x[: NUMEL // n].clone()
     gathered, expected = torch.empty(NUMEL), torch.empty(NUMEL)
     with count_bytes() as stats:
         comm.all_gather_into_tensor(gathered, mine)
     dist.all_gather_into_tensor(expected, mine)
-    out["all_gather"] = (torch.equal(gathered, expected), stats.bytes_sent, dict(stats.calls))
+    out["all_gather"] = (
+        torch.equal(gathered, expected),
+        stats.bytes_sent,
+        dict(stats.calls),
+    )
 
     root = n - 1  # not rank 0, so the "rank before the root" rule is exercised
     a, b = x.clone(), x.clone()
@@ -74,14 +83,22 @@ def _point_to_point_and_nesting():
                 comm.recv(t, 0)
                 comm.irecv(t[:3], 0).wait()
         comm.all_reduce(t)
-    return inner.bytes_sent, dict(inner.by_op), dict(inner.calls), outer.bytes_sent, dict(outer.by_op), repr(outer)
+    return (
+        inner.bytes_sent,
+        dict(inner.by_op),
+        dict(inner.calls),
+        outer.bytes_sent,
+        dict(outer.by_op),
+        repr(outer),
+    )
 
 
 def test_send_counts_bytes_receive_counts_none_and_blocks_nest():
     sender, receiver = run_ranks(_point_to_point_and_nesting, 2)
     assert sender[:3] == (80 + 24, {"send": 104}, {"send": 2})
     assert receiver[:3] == (0, {}, {})
-    # The outer block saw everything the inner one did, plus the all-reduce (2(n-1)/n x 80 = 80 bytes).
+    # The outer block saw everything the inner one did, plus the all-reduce (2(n-1)/n x
+    # 80 = 80 bytes).
     assert sender[3] == 104 + 80 and sender[4] == {"send": 104, "all_reduce": 80}
     assert receiver[3] == 80
     assert "bytes_sent=184" in sender[5]

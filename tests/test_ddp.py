@@ -1,16 +1,16 @@
-"""MyDDP against one process on the whole batch and against PyTorch's DDP, on real gloo groups."""
+"""MyDDP against one process on the whole batch and against PyTorch's DDP, on real gloo
+groups."""
 
 import pytest
 import torch
 import torch.distributed as dist
+from ddp_cases import build, make_optimizer, train_three_ways
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from ddp_cases import build, make_optimizer, train_three_ways
-
-from mylib.experiments.common import global_batches, max_param_diff
 from mylib import MyDDP, RankError, run_ranks
+from mylib.experiments.common import global_batches, max_param_diff
 
 TOL = 1e-6
 
@@ -25,9 +25,13 @@ TOL = 1e-6
 )
 def test_equals_single_process_and_pytorch_ddp(world, sizes, cap_mb, opt_name, dtype):
     args = ("mlp", sizes, cap_mb, opt_name, 3, 4, dtype)
-    for single_diff, ddp_diff, _ in run_ranks(train_three_ways, world, args=args, show_output=False):
+    for single_diff, ddp_diff, _ in run_ranks(
+        train_three_ways, world, args=args, show_output=False
+    ):
         assert ddp_diff < TOL, ddp_diff
-        if dtype == torch.float64 or opt_name == "sgd":  # see train_three_ways on float32 Adam
+        if (
+            dtype == torch.float64 or opt_name == "sgd"
+        ):  # see train_three_ways on float32 Adam
             assert single_diff < TOL, single_diff
 
 
@@ -37,7 +41,9 @@ def test_frozen_tied_and_buffers(kind, world):
     args = (kind, [6, 6, 6, 6], 0.0005, "adam", 4, 4, torch.float64)
     for single_diff, ddp_diff, _ in run_ranks(train_three_ways, world, args=args):
         assert ddp_diff < TOL
-        if kind != "bn":  # BatchNorm statistics differ between a shard and the whole batch
+        if (
+            kind != "bn"
+        ):  # BatchNorm statistics differ between a shard and the whole batch
             assert single_diff < TOL
 
 
@@ -47,18 +53,38 @@ def _bucketing_facts(cap_mb):
     model.tracer = lambda event, t, **fields: events.append((event, fields))
     x = torch.randn(4, 32)
     model(x).sum().backward()
-    launched_before_last_grad = [e for e, _ in events[: max(i for i, (e, _) in enumerate(events) if e == "grad_ready")]]
+    launched_before_last_grad = [
+        e
+        for e, _ in events[
+            : max(i for i, (e, _) in enumerate(events) if e == "grad_ready")
+        ]
+    ]
     model.finish_gradient_sync()
-    owned = all(p.grad.data_ptr() == v.data_ptr() for b in model.buckets for p, v in zip(b.params, b.views))
+    owned = all(
+        p.grad.data_ptr() == v.data_ptr()
+        for b in model.buckets
+        for p, v in zip(b.params, b.views)
+    )
     order = [name for b in model.buckets for name in b.names]
-    return (len(model.buckets), model.allreduces_in_backward, "bucket_launch" in launched_before_last_grad,
-            owned, order)
+    return (
+        len(model.buckets),
+        model.allreduces_in_backward,
+        "bucket_launch" in launched_before_last_grad,
+        owned,
+        order,
+    )
 
 
 def test_buckets_in_backward_order_launched_during_backward_grads_are_views():
-    n_buckets, launched, overlapped, views, order = run_ranks(_bucketing_facts, 2, args=(0.0,))[0]
-    assert n_buckets == 8 and launched == 8  # cap 0: one bucket per parameter, all launched by hooks
-    assert overlapped  # the first all-reduce started before autograd produced the last gradient
+    n_buckets, launched, overlapped, views, order = run_ranks(
+        _bucketing_facts, 2, args=(0.0,)
+    )[0]
+    assert (
+        n_buckets == 8 and launched == 8
+    )  # cap 0: one bucket per parameter, all launched by hooks
+    assert (
+        overlapped
+    )  # the first all-reduce started before autograd produced the last gradient
     assert views  # p.grad is a view of its bucket: nothing is copied back
     assert order[0] == "6.bias" and order[-1] == "0.weight"
     # 5 KB cap: 4 params (8.4 KB) close the first bucket, the other 4 the second.
@@ -70,10 +96,15 @@ def _no_sync_equivalence(m, cap_mb, per_rank=3):
     sizes = [5, 7, 3]
     model = MyDDP(build("mlp", sizes, rank, torch.float64), bucket_cap_mb=cap_mb)
     single = build("mlp", sizes, 0, torch.float64)
-    opt, opt1 = make_optimizer("adam", model.parameters()), make_optimizer("adam", single.parameters())
+    opt, opt1 = (
+        make_optimizer("adam", model.parameters()),
+        make_optimizer("adam", single.parameters()),
+    )
     for x, y in global_batches(2, per_rank * world * m, sizes, dtype=torch.float64):
         opt.zero_grad()
-        micro = list(zip(x.chunk(m * world), y.chunk(m * world)))[rank * m:(rank + 1) * m]
+        micro = list(zip(x.chunk(m * world), y.chunk(m * world)))[
+            rank * m : (rank + 1) * m
+        ]
         for i, (xs, ys) in enumerate(micro):
             loss = nn.functional.mse_loss(model(xs), ys) / m
             if i < m - 1:
@@ -116,21 +147,28 @@ def _misuse(case):
         MyDDP(nn.Linear(2, 2), bucket_cap_mb=-1)
 
 
-@pytest.mark.parametrize("case,message", [
-    ("shapes", "differs across ranks"),
-    ("unused", "got no gradient"),
-    ("twice", "without a backward"),
-    ("no_backward", "without a backward"),
-    ("forgot_finish", "never synchronised"),
-    ("bad_cap", "bucket_cap_mb must be"),
-])
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("shapes", "differs across ranks"),
+        ("unused", "got no gradient"),
+        ("twice", "without a backward"),
+        ("no_backward", "without a backward"),
+        ("forgot_finish", "never synchronised"),
+        ("bad_cap", "bucket_cap_mb must be"),
+    ],
+)
 def test_misuse_gets_a_clear_error(case, message):
     with pytest.raises(RankError, match=message):
         run_ranks(_misuse, 2, args=(case,), timeout_s=30, show_output=False)
 
 
 def _unused_allowed():
-    model = MyDDP(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3)), bucket_cap_mb=0, find_unused_parameters=True)
+    model = MyDDP(
+        nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3)),
+        bucket_cap_mb=0,
+        find_unused_parameters=True,
+    )
     model.module[0](torch.ones(2, 3) * (dist.get_rank() + 1)).sum().backward()
     model.finish_gradient_sync()
     return model.module[0].weight.grad.clone(), model.module[1].weight.grad.clone()

@@ -1,4 +1,5 @@
-"""The rank launcher: results in rank order, failures and hangs reported, nothing left behind."""
+"""The rank launcher: results in rank order, failures and hangs reported, nothing left
+behind."""
 
 import os
 import re
@@ -35,7 +36,10 @@ def test_args_kwargs_and_prints_in_rank_order(capsys):
         return greeting
 
     assert run_ranks(greet, 3, args=("hi",), kwargs={"punct": "!"}) == ["hi"] * 3
-    assert capsys.readouterr().out == "[rank 0] hi from 0!\n[rank 1] hi from 1!\n[rank 2] hi from 2!\n"
+    assert (
+        capsys.readouterr().out
+        == "[rank 0] hi from 0!\n[rank 1] hi from 1!\n[rank 2] hi from 2!\n"
+    )
 
 
 def _pid_then(action, pid_dir):
@@ -75,12 +79,15 @@ def _alive(pid):
 # timeout_s=300 is far above the test's own limit (pytest-timeout, 60 s): the
 # error must come from the failing rank, not from the launcher's timeout.
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("action,message", [
-    ("raise", "ValueError: rank one is unhappy"),
-    ("exit", "SystemExit: 3"),
-    ("os_exit", "exited with code 7"),
-    ("segfault", "killed by SIGSEGV"),
-])
+@pytest.mark.parametrize(
+    "action,message",
+    [
+        ("raise", "ValueError: rank one is unhappy"),
+        ("exit", "SystemExit: 3"),
+        ("os_exit", "exited with code 7"),
+        ("segfault", "killed by SIGSEGV"),
+    ],
+)
 def test_a_failing_rank_is_named_and_the_others_are_stopped(tmp_path, action, message):
     with pytest.raises(RankError) as info:
         run_ranks(_pid_then, 3, args=(action, str(tmp_path)), timeout_s=300)
@@ -102,7 +109,10 @@ def test_a_hang_becomes_a_timeout_that_shows_where_each_rank_was():
     with pytest.raises(RankTimeout) as info:
         run_ranks(_mismatched_collectives, 2, timeout_s=3)
     assert sorted(info.value.stuck) == [0, 1]
-    assert "in all_reduce" in info.value.stuck[0] and "_mismatched_collectives" in info.value.stuck[0]
+    assert (
+        "in all_reduce" in info.value.stuck[0]
+        and "_mismatched_collectives" in info.value.stuck[0]
+    )
     assert "in broadcast" in info.value.stuck[1]
 
 
@@ -131,32 +141,48 @@ def _run_script(tmp_path, body, timeout=120, env=None):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(body))
     env = {**os.environ, "PYTHONPATH": ROOT} if env is None else env
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def test_a_script_without_main_guard_and_a_function_defined_in_it(tmp_path):
     # Like a notebook cell: fn lives in __main__, and nothing guards the launch.
-    out = _run_script(tmp_path, """
+    out = _run_script(
+        tmp_path,
+        """
         import torch.distributed as dist
         from mylib import run_ranks
         def square_of_rank():
             return dist.get_rank() ** 2
         print(run_ranks(square_of_rank, 3))
-    """)
+    """,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[0, 1, 4]"
 
 
 def test_ranks_die_with_a_killed_caller(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import os, time
         from mylib import run_ranks
         def sleep_forever(pid_dir):
             open(os.path.join(pid_dir, str(os.getpid())), "w").write(str(os.getpid()))
             time.sleep(3600)
         run_ranks(sleep_forever, 2, args=({str(tmp_path)!r},), timeout_s=3600)
-    """)], env={**os.environ, "PYTHONPATH": ROOT})
+    """),
+        ],
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     deadline = time.monotonic() + 60
     while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -168,7 +194,8 @@ def test_ranks_die_with_a_killed_caller(tmp_path):
 
 def test_torchrun_runs_the_same_code(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch, torch.distributed as dist
         from mylib import MyDDP, init_from_env
         rank, world, device = init_from_env(timeout_s=60)
@@ -178,19 +205,35 @@ def test_torchrun_runs_the_same_code(tmp_path):
         model.finish_gradient_sync()
         print(f"rank {rank}/{world} grad {model.module.weight.grad[0, 0].item():.2f}")
         dist.destroy_process_group()
-    """))
+    """)
+    )
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", str(script)], capture_output=True,
-                         text=True, timeout=180, env={**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"})
+    out = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node=2", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     # Two processes share one stdout: their lines can come in either order.
-    assert sorted(re.findall(r"rank \d/\d grad [\d.]+", out.stdout)) == ["rank 0/2 grad 4.50", "rank 1/2 grad 4.50"]
+    assert sorted(re.findall(r"rank \d/\d grad [\d.]+", out.stdout)) == [
+        "rank 0/2 grad 4.50",
+        "rank 1/2 grad 4.50",
+    ]
 
 
 def test_init_from_env_outside_torchrun_says_how_to_start(tmp_path):
-    out = _run_script(tmp_path, """
+    out = _run_script(
+        tmp_path,
+        """
         from mylib import init_from_env
         init_from_env()
-    """, env={k: v for k, v in {**os.environ, "PYTHONPATH": ROOT}.items()
-              if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")})
+    """,
+        env={
+            k: v
+            for k, v in {**os.environ, "PYTHONPATH": ROOT}.items()
+            if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+        },
+    )
     assert out.returncode != 0 and "--nproc-per-node=N" in out.stderr

@@ -21,7 +21,10 @@ def test_bit_masks_name_their_contributors():
     assert contributors(5.0) == frozenset({0, 2})
     assert contributors(0.0) == frozenset()
     assert contributors(float("nan")) is None
-    assert holdings([[1, math.nan], [3, 8]]) == [[frozenset({0}), None], [frozenset({0, 1}), frozenset({3})]]
+    assert holdings([[1, math.nan], [3, 8]]) == [
+        [frozenset({0}), None],
+        [frozenset({0, 1}), frozenset({3})],
+    ]
     with pytest.raises(ValueError, match="not a bit mask"):
         contributors(1.5)
 

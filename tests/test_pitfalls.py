@@ -1,4 +1,5 @@
-"""Chapter 8: every pitfall fails the way the chapter says, every fix is exact, and the tools find them."""
+"""Chapter 8: every pitfall fails the way the chapter says, every fix is exact, and the
+tools find them."""
 
 import pytest
 import torch
@@ -8,10 +9,10 @@ from torch.utils.data import DistributedSampler
 
 from mylib import RankError, RankTimeout, run_ranks
 from mylib.experiments import pitfalls as pf
-from mylib.models import sharding
+from mylib.experiments.common import max_param_diff
 from mylib.figures.debug import collective_pairing_figure
 from mylib.figures.sharding import sharding_figure, sharding_verdict
-from mylib.experiments.common import max_param_diff
+from mylib.models import sharding
 
 
 def _fails(fn, world_size=2, timeout_s=30, **kwargs):
@@ -22,10 +23,15 @@ def _fails(fn, world_size=2, timeout_s=30, **kwargs):
 
 # -- 1. unused parameters --------------------------------------------------------
 
+
 @pytest.mark.parametrize("used_by", ["none", "rank0"])
 def test_unused_parameter_is_named(used_by):
     e = _fails(pf.unused_parameters, used_by=used_by)
-    assert isinstance(e, RankError) and "got no gradient" in str(e) and "extra.weight" in str(e)
+    assert (
+        isinstance(e, RankError)
+        and "got no gradient" in str(e)
+        and "extra.weight" in str(e)
+    )
 
 
 def test_unused_parameter_torch_ddp_fails_too():
@@ -34,9 +40,18 @@ def test_unused_parameter_torch_ddp_fails_too():
 
 
 def test_find_unused_parameters_is_exact_and_equals_torch():
-    ours = run_ranks(pf.unused_parameters, 2, kwargs=dict(used_by="rank0", find_unused=True), show_output=False)
-    theirs = run_ranks(pf.unused_parameters, 2, kwargs=dict(used_by="rank0", find_unused=True, wrapper="torch"),
-                       show_output=False)
+    ours = run_ranks(
+        pf.unused_parameters,
+        2,
+        kwargs=dict(used_by="rank0", find_unused=True),
+        show_output=False,
+    )
+    theirs = run_ranks(
+        pf.unused_parameters,
+        2,
+        kwargs=dict(used_by="rank0", find_unused=True, wrapper="torch"),
+        show_output=False,
+    )
     one = pf.reference(pf.BranchNet, 2, 3, use_extra_on={0})
     for params in ours:
         assert max_param_diff(params, one) < 1e-6
@@ -44,6 +59,7 @@ def test_find_unused_parameters_is_exact_and_equals_torch():
 
 
 # -- 2. frozen and tied ---------------------------------------------------------
+
 
 def _frozen_branchnet():
     net = pf.BranchNet()
@@ -66,16 +82,26 @@ def test_tied_parameter(world_size):
     params, names = run_ranks(pf.tied_parameter, world_size, show_output=False)[0]
     assert "out.weight" not in names and names.count("embed.weight") == 1
     assert "out.weight" not in params  # named_parameters() lists the tied tensor once
-    assert max_param_diff(params, pf.reference(pf.TiedNet, world_size, 3, kind="tokens")) < 1e-6
+    assert (
+        max_param_diff(params, pf.reference(pf.TiedNet, world_size, 3, kind="tokens"))
+        < 1e-6
+    )
 
 
 # -- 3. buffers -----------------------------------------------------------------
 
+
 def test_buffers_drift_unless_broadcast():
-    loose = run_ranks(pf.norm_buffers, 2, kwargs=dict(broadcast_buffers=False), show_output=False)
-    synced = run_ranks(pf.norm_buffers, 2, kwargs=dict(broadcast_buffers=True), show_output=False)
+    loose = run_ranks(
+        pf.norm_buffers, 2, kwargs=dict(broadcast_buffers=False), show_output=False
+    )
+    synced = run_ranks(
+        pf.norm_buffers, 2, kwargs=dict(broadcast_buffers=True), show_output=False
+    )
     for runs in (loose, synced):
-        assert all(v == 0.0 for k, v in runs[0]["drift"].items() if k.startswith("param"))
+        assert all(
+            v == 0.0 for k, v in runs[0]["drift"].items() if k.startswith("param")
+        )
         assert runs[0]["drift"] == runs[1]["drift"]  # every rank gets the same report
     assert loose[0]["drift"]["buffer norm.running_mean"] > 0.1
     assert (loose[0]["eval"] - loose[1]["eval"]).abs().max().item() > 1e-3
@@ -84,33 +110,53 @@ def test_buffers_drift_unless_broadcast():
 
 def test_batchnorm_is_not_the_whole_batch_but_layernorm_is():
     for norm, exact in (("batch", False), ("layer", True)):
-        params = run_ranks(pf.norm_buffers, 2, kwargs=dict(norm=norm), show_output=False)[0]["params"]
-        diff = max_param_diff(params, pf.reference(lambda: pf.NormNet(norm), 2, 5, shift_per_rank=1.0))
+        params = run_ranks(
+            pf.norm_buffers, 2, kwargs=dict(norm=norm), show_output=False
+        )[0]["params"]
+        diff = max_param_diff(
+            params, pf.reference(lambda: pf.NormNet(norm), 2, 5, shift_per_rank=1.0)
+        )
         assert (diff < 1e-6) == exact, (norm, diff)
 
 
 # -- 4. collectives in different orders ------------------------------------------
 
+
 def test_mismatched_order_hangs_and_the_timeout_shows_where():
     e = _fails(pf.mismatched_collectives, timeout_s=4)
     if isinstance(e, RankTimeout):  # the launcher's report: where each stuck rank was
-        assert "in all_reduce" in e.stuck.get(0, "in all_reduce") and "in broadcast" in e.stuck.get(1, "in broadcast")
-        assert any(f"in {op}" in stack for stack in e.stuck.values() for op in ("all_reduce", "broadcast"))
+        assert "in all_reduce" in e.stuck.get(
+            0, "in all_reduce"
+        ) and "in broadcast" in e.stuck.get(1, "in broadcast")
+        assert any(
+            f"in {op}" in stack
+            for stack in e.stuck.values()
+            for op in ("all_reduce", "broadcast")
+        )
     else:  # gloo's own timeout (the group's, the same length) fired first
         assert "Timed out" in str(e) or "timed out" in str(e)
 
 
 def test_checked_group_names_the_mismatch():
     e = _fails(pf.mismatched_collectives, checked=True)
-    assert isinstance(e, RankError) and "Detected mismatch between collectives" in str(e)
+    assert isinstance(e, RankError) and "Detected mismatch between collectives" in str(
+        e
+    )
 
 
 @pytest.mark.parametrize("checked", [False, True])
 def test_same_shape_swap_is_silently_wrong(checked):
-    values = run_ranks(pf.mismatched_collectives, 2, kwargs=dict(kind="same_shape", checked=checked),
-                       show_output=False)
+    values = run_ranks(
+        pf.mismatched_collectives,
+        2,
+        kwargs=dict(kind="same_shape", checked=checked),
+        show_output=False,
+    )
     # rank 0's gradient all-reduce met rank 1's metric all-reduce: 10 + 2 and 1 + 20.
-    assert values[0] == {"metric": 21.0, "grad": 12.0} and values[1] == {"metric": 12.0, "grad": 21.0}
+    assert values[0] == {"metric": 21.0, "grad": 12.0} and values[1] == {
+        "metric": 12.0,
+        "grad": 21.0,
+    }
 
 
 def _late_rank():
@@ -136,53 +182,100 @@ def test_who_is_missing_names_the_late_rank():
 
 # -- 5. uneven last batch ---------------------------------------------------------
 
+
 def test_uneven_batches_hang_and_the_sampler_fixes_them():
     e = _fails(pf.uneven_batches, world_size=4, timeout_s=4)
     assert e is not None
-    padded = run_ranks(pf.uneven_batches, 4, kwargs=dict(sharding="sampler"), show_output=False)
-    dropped = run_ranks(pf.uneven_batches, 4, kwargs=dict(sharding="drop_last"), show_output=False)
-    assert [r["steps"] for r in padded] == [2] * 4 and [r["steps"] for r in dropped] == [1] * 4
-    assert [r["seen"] for r in padded] == [sharding.sampler_indices(10, 4, r) for r in range(4)]
-    assert [r["seen"] for r in dropped] == [sharding.sampler_indices(10, 4, r, drop_last=True) for r in range(4)]
+    padded = run_ranks(
+        pf.uneven_batches, 4, kwargs=dict(sharding="sampler"), show_output=False
+    )
+    dropped = run_ranks(
+        pf.uneven_batches, 4, kwargs=dict(sharding="drop_last"), show_output=False
+    )
+    assert [r["steps"] for r in padded] == [2] * 4 and [
+        r["steps"] for r in dropped
+    ] == [1] * 4
+    assert [r["seen"] for r in padded] == [
+        sharding.sampler_indices(10, 4, r) for r in range(4)
+    ]
+    assert [r["seen"] for r in dropped] == [
+        sharding.sampler_indices(10, 4, r, drop_last=True) for r in range(4)
+    ]
 
 
 # -- 6. ranks reading the same data ------------------------------------------------
 
+
 def test_data_shards():
-    results = {kind: run_ranks(pf.data_shards, 4, kwargs=dict(kind=kind), show_output=False)
-               for kind in ("no_sampler", "rank_seed", "no_set_epoch", "sampler")}
+    results = {
+        kind: run_ranks(pf.data_shards, 4, kwargs=dict(kind=kind), show_output=False)
+        for kind in ("no_sampler", "rank_seed", "no_set_epoch", "sampler")
+    }
     no_sampler = results["no_sampler"][0]["report"]
-    assert no_sampler["per_rank"] == [16] * 4 and len(no_sampler["read_by_several"]) == 16
-    assert results["no_sampler"][0]["epochs"] == results["no_sampler"][3]["epochs"]  # identical on every rank
+    assert (
+        no_sampler["per_rank"] == [16] * 4 and len(no_sampler["read_by_several"]) == 16
+    )
+    assert (
+        results["no_sampler"][0]["epochs"] == results["no_sampler"][3]["epochs"]
+    )  # identical on every rank
     rank_seed = results["rank_seed"][0]["report"]
-    assert not rank_seed["disjoint"] and rank_seed["read_by_several"] and rank_seed["never_read"]
+    assert (
+        not rank_seed["disjoint"]
+        and rank_seed["read_by_several"]
+        and rank_seed["never_read"]
+    )
     assert results["no_set_epoch"][0]["report"]["disjoint"]
-    assert results["no_set_epoch"][0]["epochs"][0] == results["no_set_epoch"][0]["epochs"][1]
+    assert (
+        results["no_set_epoch"][0]["epochs"][0]
+        == results["no_set_epoch"][0]["epochs"][1]
+    )
     good = results["sampler"]
-    assert good[0]["report"]["disjoint"] and good[0]["epochs"][0] != good[0]["epochs"][1]
+    assert (
+        good[0]["report"]["disjoint"] and good[0]["epochs"][0] != good[0]["epochs"][1]
+    )
     assert sorted(i for r in good for i in r["epochs"][1]) == list(range(16))
 
 
 # -- the sampler rule, stdlib, against PyTorch's -----------------------------------
 
+
 @settings(max_examples=200, deadline=None)
-@given(size=st.integers(1, 60), world=st.integers(1, 9), drop_last=st.booleans(), shuffle=st.booleans(),
-       seed=st.integers(0, 1000))
-def test_sampler_indices_equal_distributed_sampler(size, world, drop_last, shuffle, seed):
-    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist() if shuffle else None
+@given(
+    size=st.integers(1, 60),
+    world=st.integers(1, 9),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_sampler_indices_equal_distributed_sampler(
+    size, world, drop_last, shuffle, seed
+):
+    order = (
+        torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
+        if shuffle
+        else None
+    )
     for rank in range(world):
         if drop_last and size < world:
             continue
-        theirs = DistributedSampler(range(size), world, rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
-        assert list(theirs) == sharding.sampler_indices(size, world, rank, drop_last, order)
+        theirs = DistributedSampler(
+            range(size), world, rank, shuffle=shuffle, seed=seed, drop_last=drop_last
+        )
+        assert list(theirs) == sharding.sampler_indices(
+            size, world, rank, drop_last, order
+        )
 
 
 def test_sharding_helpers_and_bad_input():
     assert sharding.naive_indices(10, 4, 1) == [1, 5, 9]
     assert sharding.batches_of([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
     assert sharding.batches_of([1, 2, 3, 4, 5], 2, drop_last=True) == [[1, 2], [3, 4]]
-    assert [len(b) for b in sharding.shares(1000, 16, 8, "sampler")] == [8] * 16  # the chapter's exercise
-    assert sum(len(b) for r in sharding.shares(1000, 16, 8, "sampler") for b in r) == 1008
+    assert [len(b) for b in sharding.shares(1000, 16, 8, "sampler")] == [
+        8
+    ] * 16  # the chapter's exercise
+    assert (
+        sum(len(b) for r in sharding.shares(1000, 16, 8, "sampler") for b in r) == 1008
+    )
     with pytest.raises(ValueError, match="rank"):
         sharding.sampler_indices(10, 4, 4)
     with pytest.raises(ValueError, match="mode"):
@@ -193,11 +286,16 @@ def test_sharding_helpers_and_bad_input():
 
 # -- the figures -----------------------------------------------------------------------
 
+
 def test_sharding_figure():
     naive = sharding_verdict(10, 4, 2, "naive")
     assert naive["steps"] == [2, 2, 1, 1] and naive["hangs"] and not naive["repeated"]
     padded = sharding_verdict(10, 4, 2, "sampler")
-    assert padded["steps"] == [2] * 4 and padded["repeated"] == [0, 1] and not padded["hangs"]
+    assert (
+        padded["steps"] == [2] * 4
+        and padded["repeated"] == [0, 1]
+        and not padded["hangs"]
+    )
     dropped = sharding_verdict(11, 3, 2, "drop_last")
     assert dropped["unread"] == [9, 10] and not dropped["hangs"]
     svg = sharding_figure()
@@ -207,7 +305,13 @@ def test_sharding_figure():
 
 def test_figures_run_in_the_browser():
     browser = pytest.importorskip("mylib.figures.browser")
-    assert {"figures.sharding", "models.sharding", "figures.svg"} <= set(browser.module_closure("mylib.figures.sharding"))
+    assert {"figures.sharding", "models.sharding", "figures.svg"} <= set(
+        browser.module_closure("mylib.figures.sharding")
+    )
     assert "torch" not in " ".join(browser.module_closure("mylib.figures.sharding"))
     svg = collective_pairing_figure()
-    assert svg.count("pair ok") == 2 and svg.count("never completes") == 2 and svg.count("wrong pair") == 2
+    assert (
+        svg.count("pair ok") == 2
+        and svg.count("never completes") == 2
+        and svg.count("wrong pair") == 2
+    )

@@ -1,5 +1,5 @@
-"""PowerSGD: PyTorch's results, the bytes it sends, exactness on low-rank gradients, error feedback, warm start,
-and what it does to a real small training run."""
+"""PowerSGD: PyTorch's results, the bytes it sends, exactness on low-rank gradients,
+error feedback, warm start, and what it does to a real small training run."""
 
 import pytest
 import torch
@@ -8,19 +8,44 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib import MyDDP, comm, run_ranks
-from mylib.experiments.compress_check import error_feedback_ledger, hooks_against_pytorch, mylib_hooks_on_pytorch_ddp
 from mylib.experiments.common import mlp
-from mylib.experiments.compress_training import RUNS, compare_training, held_out_at, steps_to_reach
-from mylib.powersgd import PowerSGDState, compression_plan, orthonormalize_, powersgd_hook
+from mylib.experiments.compress_check import (
+    error_feedback_ledger,
+    hooks_against_pytorch,
+    mylib_hooks_on_pytorch_ddp,
+)
+from mylib.experiments.compress_training import (
+    RUNS,
+    compare_training,
+    held_out_at,
+    steps_to_reach,
+)
+from mylib.powersgd import (
+    PowerSGDState,
+    compression_plan,
+    orthonormalize_,
+    powersgd_hook,
+)
 
 
-@pytest.mark.parametrize("world,rank,cap", [(2, 1, 25.0), (2, 2, 25.0), (2, 4, 25.0), (4, 2, 25.0)])
+@pytest.mark.parametrize(
+    "world,rank,cap", [(2, 1, 25.0), (2, 2, 25.0), (2, 4, 25.0), (4, 2, 25.0)]
+)
 def test_matches_pytorch_powersgd(world, rank, cap):
-    """One bucket: PyTorch's hook issues its later all-reduces from callbacks, and with several buckets on
-    gloo those reach the group in different orders on different ranks (it aborts or hangs)."""
-    out = run_ranks(hooks_against_pytorch, world, args=("powersgd",),
-                    kwargs={"matrix_approximation_rank": rank, "start_powerSGD_iter": 2, "steps": 6,
-                            "bucket_cap_mb": cap})[0]
+    """One bucket: PyTorch's hook issues its later all-reduces from callbacks, and with
+    several buckets on gloo those reach the group in different orders on different ranks
+    (it aborts or hangs)."""
+    out = run_ranks(
+        hooks_against_pytorch,
+        world,
+        args=("powersgd",),
+        kwargs={
+            "matrix_approximation_rank": rank,
+            "start_powerSGD_iter": 2,
+            "steps": 6,
+            "bucket_cap_mb": cap,
+        },
+    )[0]
     assert max(out["vs_ddp"]) < 1e-6 and max(out["vs_torch_hook_on_myddp"]) < 1e-6, out
     assert out["bytes"][:2] == out["fp32_bytes"][:2]  # the plain steps first
     assert all(b < f / 2 for b, f in zip(out["bytes"][2:], out["fp32_bytes"][2:]))
@@ -28,13 +53,18 @@ def test_matches_pytorch_powersgd(world, rank, cap):
 
 def test_mylib_hooks_run_on_pytorch_ddp():
     for diffs in run_ranks(mylib_hooks_on_pytorch_ddp, 2):
-        assert diffs == {"bf16": 0.0, "powersgd": 0.0}, diffs  # same hook, same bucket: the same bits
+        assert diffs == {"bf16": 0.0, "powersgd": 0.0}, (
+            diffs
+        )  # same hook, same bucket: the same bits
 
 
 def _many_buckets(steps=6):
-    """MyDDP with 1 KB buckets and PowerSGD: every rank must end with the very same weights."""
+    """MyDDP with 1 KB buckets and PowerSGD: every rank must end with the very same
+    weights."""
     model = MyDDP(mlp((12, 32, 32, 6), seed=dist.get_rank()), bucket_cap_mb=0.001)
-    model.register_comm_hook(PowerSGDState(None, 2, start_powerSGD_iter=2), powersgd_hook)
+    model.register_comm_hook(
+        PowerSGDState(None, 2, start_powerSGD_iter=2), powersgd_hook
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(dist.get_rank())
     for _ in range(steps):
@@ -61,22 +91,35 @@ def _bytes_of_one_step(rank):
         model(torch.ones(2, 12)).sum().backward()
         model.finish_gradient_sync()
     compress, plain = compression_plan(model.buckets[0].gradients(), state)
-    return stats.bytes_sent, stats.calls["all_reduce"], [(tuple(m.shape), r) for m, r in compress], \
-        [g.numel() for g in plain], state.compression_rate()
+    return (
+        stats.bytes_sent,
+        stats.calls["all_reduce"],
+        [(tuple(m.shape), r) for m, r in compress],
+        [g.numel() for g in plain],
+        state.compression_rate(),
+    )
 
 
 @pytest.mark.parametrize("rank", [1, 4])
 def test_bytes_are_p_q_and_the_uncompressed_rest(rank):
-    sent, calls, compressed, plain, rate = run_ranks(_bytes_of_one_step, 2, args=(rank,))[0]
+    sent, calls, compressed, plain, rate = run_ranks(
+        _bytes_of_one_step, 2, args=(rank,)
+    )[0]
     numel = sum(plain) + sum((n + m) * r for (n, m), r in compressed)
-    assert sent == 4 * numel  # 2 ranks: a ring all-reduce sends 2 (n-1)/n = 1 x the bytes
+    assert (
+        sent == 4 * numel
+    )  # 2 ranks: a ring all-reduce sends 2 (n-1)/n = 1 x the bytes
     assert calls == 3  # the uncompressed rest, all the Ps, all the Qs
     total = sum(plain) + sum(n * m for (n, m), _ in compressed)
     assert rate == pytest.approx(total / numel)
-    # Matrices are compressed only where it pays by min_compression_rate = 2; vectors never.
+    # Matrices are compressed only where it pays by min_compression_rate = 2; vectors
+    # never.
     assert all((n + m) * r * 2 < n * m for (n, m), r in compressed)
     if rank == 4:
-        assert ((6, 32), 4) not in compressed  # (6 + 32) x 4 x 2 > 6 x 32: sent as it is
+        assert (
+            (6, 32),
+            4,
+        ) not in compressed  # (6 + 32) x 4 x 2 > 6 x 32: sent as it is
 
 
 def _low_rank_gradients(rank, error_feedback):
@@ -84,36 +127,58 @@ def _low_rank_gradients(rank, error_feedback):
     torch.manual_seed(dist.get_rank())
     model = MyDDP(torch.nn.Linear(32, 24, bias=False))
     x = torch.randn(1, 32)
-    model.register_comm_hook(PowerSGDState(None, rank, start_powerSGD_iter=0, use_error_feedback=error_feedback),
-                             powersgd_hook)
+    model.register_comm_hook(
+        PowerSGDState(
+            None, rank, start_powerSGD_iter=0, use_error_feedback=error_feedback
+        ),
+        powersgd_hook,
+    )
     model(x).pow(2).sum().backward()
     model.finish_gradient_sync()
     local = torch.nn.Linear(32, 24, bias=False)
     local.load_state_dict(model.module.state_dict())
     local(x).pow(2).sum().backward()
-    everyone = [torch.empty_like(local.weight.grad) for _ in range(dist.get_world_size())]
+    everyone = [
+        torch.empty_like(local.weight.grad) for _ in range(dist.get_world_size())
+    ]
     dist.all_gather(everyone, local.weight.grad)
     return (model.module.weight.grad - torch.stack(everyone).mean(0)).abs().max().item()
 
 
 def test_rank_r_gradients_pass_exactly():
-    assert max(run_ranks(_low_rank_gradients, 2, args=(2, False))) < 1e-5  # rank 2 average, rank 2 hook
-    assert min(run_ranks(_low_rank_gradients, 2, args=(1, False))) > 1e-3  # rank 1 hook misses a direction
+    assert (
+        max(run_ranks(_low_rank_gradients, 2, args=(2, False))) < 1e-5
+    )  # rank 2 average, rank 2 hook
+    assert (
+        min(run_ranks(_low_rank_gradients, 2, args=(1, False))) > 1e-3
+    )  # rank 1 hook misses a direction
 
 
 def test_error_feedback_loses_nothing_only_delays():
-    # Per rank: sum of applied averages = sum of its own gradients - its error now (a telescoping sum).
+    # Per rank: sum of applied averages = sum of its own gradients - its error now (a
+    # telescoping sum).
     for gap, scale in run_ranks(error_feedback_ledger, 2, args=(8, 1)):
         assert gap < 1e-5 * scale, (gap, scale)
 
 
 def _approximation_error(warm_start, steps=6):
-    """The same gradient every step (no error feedback): how far each step's approximation is from it."""
+    """The same gradient every step (no error feedback): how far each step's
+    approximation is from it."""
     torch.manual_seed(0)
     model = MyDDP(torch.nn.Linear(32, 24, bias=False))
-    model.register_comm_hook(PowerSGDState(None, 2, start_powerSGD_iter=0, use_error_feedback=False,
-                                           warm_start=warm_start), powersgd_hook)
-    x = torch.randn(16, 32)  # the same on every rank: the average is this rank's own gradient
+    model.register_comm_hook(
+        PowerSGDState(
+            None,
+            2,
+            start_powerSGD_iter=0,
+            use_error_feedback=False,
+            warm_start=warm_start,
+        ),
+        powersgd_hook,
+    )
+    x = torch.randn(
+        16, 32
+    )  # the same on every rank: the average is this rank's own gradient
     local = torch.nn.Linear(32, 24, bias=False)
     local.load_state_dict(model.module.state_dict())
     local(x).pow(2).sum().backward()
@@ -130,7 +195,9 @@ def _approximation_error(warm_start, steps=6):
 def test_warm_start_continues_the_power_iteration():
     warm = run_ranks(_approximation_error, 2, args=(True,))[0]
     cold = run_ranks(_approximation_error, 2, args=(False,))[0]
-    assert warm[-1] < 0.9 * warm[0]  # each step is one more power iteration on the same matrix
+    assert (
+        warm[-1] < 0.9 * warm[0]
+    )  # each step is one more power iteration on the same matrix
     assert warm[-1] < min(cold)
 
 
@@ -138,11 +205,15 @@ def test_warm_start_continues_the_power_iteration():
 @given(n=st.integers(1, 20), r=st.integers(1, 5), seed=st.integers(0, 1000))
 def test_orthonormalize(n, r, seed):
     r = min(r, n)
-    m = torch.randn(n, r, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    m = torch.randn(
+        n, r, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
     q, _ = torch.linalg.qr(m)
     orthonormalize_(m)
     assert torch.allclose(m.T @ m, torch.eye(r, dtype=torch.float64), atol=1e-8)
-    assert torch.allclose(m.abs(), q.abs(), atol=1e-6)  # Gram-Schmidt is QR up to column signs
+    assert torch.allclose(
+        m.abs(), q.abs(), atol=1e-6
+    )  # Gram-Schmidt is QR up to column signs
 
 
 def test_zero_column_stays_zero():
@@ -151,11 +222,17 @@ def test_zero_column_stays_zero():
     assert torch.count_nonzero(m) == 0
 
 
-@pytest.mark.parametrize("kwargs,fix", [
-    ({"matrix_approximation_rank": 0}, "matrix_approximation_rank must be an int >= 1"),
-    ({"start_powerSGD_iter": -1}, "start_powerSGD_iter must be an int >= 0"),
-    ({"min_compression_rate": 0}, "min_compression_rate must be > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fix",
+    [
+        (
+            {"matrix_approximation_rank": 0},
+            "matrix_approximation_rank must be an int >= 1",
+        ),
+        ({"start_powerSGD_iter": -1}, "start_powerSGD_iter must be an int >= 0"),
+        ({"min_compression_rate": 0}, "min_compression_rate must be > 0"),
+    ],
+)
 def test_bad_settings_name_the_fix(kwargs, fix):
     with pytest.raises(ValueError, match=fix):
         PowerSGDState(**kwargs)
@@ -172,6 +249,12 @@ def test_training_with_compression():
     assert held_out_at(fp32, steps) < held_out_at(fp32, 0) - 1.5  # it learns
     assert abs(held_out_at(bf16, steps) - target) < 0.01  # bf16 trains like fp32
     assert all(b * 2 == f for b, f in zip(bf16["bytes"], fp32["bytes"]))
-    assert steps_to_reach(rank4, target) <= 1.5 * steps  # low rank reaches fp32's loss, in more steps
-    assert max(rank4["bytes"][20:]) * 20 < fp32["bytes"][0]  # ... sending over 20x fewer bytes per step
-    assert held_out_at(rank1, steps) + 0.2 < held_out_at(no_ef, steps)  # error feedback matters
+    assert (
+        steps_to_reach(rank4, target) <= 1.5 * steps
+    )  # low rank reaches fp32's loss, in more steps
+    assert (
+        max(rank4["bytes"][20:]) * 20 < fp32["bytes"][0]
+    )  # ... sending over 20x fewer bytes per step
+    assert held_out_at(rank1, steps) + 0.2 < held_out_at(
+        no_ef, steps
+    )  # error feedback matters

@@ -1,4 +1,5 @@
-"""The ring all-reduce built from send/recv: its schedule, its result and the bytes it sends."""
+"""The ring all-reduce built from send/recv: its schedule, its result and the bytes it
+sends."""
 
 import math
 
@@ -22,7 +23,8 @@ from mylib.ring import (
     simulate_ring,
 )
 
-# ---- the schedule, on paper ------------------------------------------------------------
+# ---- the schedule, on paper
+# ------------------------------------------------------------
 
 
 @given(numel=st.integers(0, 300), n=st.integers(1, 9))
@@ -40,8 +42,12 @@ def test_schedule_shape_every_link_busy_and_neighbours_only(n):
     steps = ring_steps(n)
     assert len(steps) == 2 * (n - 1)
     for i, step in enumerate(steps):
-        assert [phase for phase, *_ in step] == [REDUCE_SCATTER if i < n - 1 else ALL_GATHER] * n
-        assert sorted(src for _, src, _, _ in step) == list(range(n))  # each rank sends once per step
+        assert [phase for phase, *_ in step] == [
+            REDUCE_SCATTER if i < n - 1 else ALL_GATHER
+        ] * n
+        assert sorted(src for _, src, _, _ in step) == list(
+            range(n)
+        )  # each rank sends once per step
         assert all(dst == (src + 1) % n for _, src, dst, _ in step)
 
 
@@ -58,7 +64,11 @@ def test_simulation_every_rank_ends_with_every_contribution(n):
         assert all(b <= a for rb, ra in zip(before, after) for b, a in zip(rb, ra))
 
 
-@given(numel=st.integers(0, 10_000), n=st.integers(1, 9), element_size=st.sampled_from([1, 2, 4, 8]))
+@given(
+    numel=st.integers(0, 10_000),
+    n=st.integers(1, 9),
+    element_size=st.sampled_from([1, 2, 4, 8]),
+)
 def test_predicted_bytes_match_2_n_minus_1_over_n(numel, n, element_size):
     nbytes = numel * element_size
     per_rank = [ring_bytes_sent(numel, element_size, n, r) for r in range(n)]
@@ -66,7 +76,8 @@ def test_predicted_bytes_match_2_n_minus_1_over_n(numel, n, element_size):
     for sent in per_rank:
         if numel % n == 0:
             assert sent == 2 * (n - 1) * nbytes // n
-        else:  # every chunk is within one element of numel/n, and two chunks are not sent
+        # every chunk is within one element of numel/n, and two chunks are not sent
+        else:
             assert abs(sent - 2 * (n - 1) * nbytes / n) < 2 * element_size
 
 
@@ -75,11 +86,13 @@ def test_chunk_bounds_rejects_no_chunks():
         chunk_bounds(5, 0)
 
 
-# ---- on real gloo groups --------------------------------------------------------------
+# ---- on real gloo groups
+# --------------------------------------------------------------
 
 
 def _compare_with_gloo(shapes, dtype, op):
-    """Ring and dist.all_reduce on the same data: (max diff, measured bytes, predicted bytes) per shape."""
+    """Ring and dist.all_reduce on the same data: (max diff, measured bytes, predicted
+    bytes) per shape."""
     rank, n = dist.get_rank(), dist.get_world_size()
     out = []
     for i, shape in enumerate(shapes):
@@ -96,18 +109,30 @@ def _compare_with_gloo(shapes, dtype, op):
             result = ring_all_reduce(x, op=op)
         assert result is x
         diff = (x.double() - expected.double()).abs().max().item() if x.numel() else 0.0
-        out.append((diff, stats.bytes_sent, ring_bytes_sent(x.numel(), x.element_size(), n, rank)))
+        out.append(
+            (
+                diff,
+                stats.bytes_sent,
+                ring_bytes_sent(x.numel(), x.element_size(), n, rank),
+            )
+        )
     return out
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     world=st.integers(1, 4),
-    shapes=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple), min_size=1, max_size=4),
+    shapes=st.lists(
+        st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple),
+        min_size=1,
+        max_size=4,
+    ),
     dtype=st.sampled_from([torch.float32, torch.float64, torch.int64]),
 )
 def test_ring_equals_gloo_and_sends_the_predicted_bytes(world, shapes, dtype):
-    for per_shape in run_ranks(_compare_with_gloo, world, args=(shapes, dtype, dist.ReduceOp.SUM)):
+    for per_shape in run_ranks(
+        _compare_with_gloo, world, args=(shapes, dtype, dist.ReduceOp.SUM)
+    ):
         for diff, measured, predicted in per_shape:
             assert diff == 0
             assert measured == predicted
@@ -116,7 +141,9 @@ def test_ring_equals_gloo_and_sends_the_predicted_bytes(world, shapes, dtype):
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_sizes_that_do_not_divide_and_large_tensors(world):
     shapes = [(1,), (world - 1,), (world + 1,), (7, 13), (100_003,)]
-    for per_shape in run_ranks(_compare_with_gloo, world, args=(shapes, torch.float32, dist.ReduceOp.SUM)):
+    for per_shape in run_ranks(
+        _compare_with_gloo, world, args=(shapes, torch.float32, dist.ReduceOp.SUM)
+    ):
         for (diff, measured, predicted), shape in zip(per_shape, shapes):
             assert diff == 0
             assert measured == predicted
@@ -182,9 +209,10 @@ def test_subgroup_uses_global_ranks_of_its_members():
 
 
 def _phase_one_states():
-    """Bit-mask data: after phase 1 the real tensors say who holds what; compare with the simulation."""
+    """Bit-mask data: after phase 1 the real tensors say who holds what; compare with
+    the simulation."""
     rank, n = dist.get_rank(), dist.get_world_size()
-    x = torch.full((n,), float(2 ** rank))
+    x = torch.full((n,), float(2**rank))
     chunks = [x[start:stop] for start, stop in chunk_bounds(n, n)]
     reduce_scatter_phase(chunks, rank, n)
     return x.tolist()
@@ -198,9 +226,11 @@ def test_real_reduce_scatter_phase_matches_the_schedule_on_paper(world):
 
 def _bad_calls():
     errors = []
-    for call in (lambda: ring_all_reduce([1.0, 2.0]),
-                 lambda: ring_all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
-                 lambda: ring_all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.AVG)):
+    for call in (
+        lambda: ring_all_reduce([1.0, 2.0]),
+        lambda: ring_all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
+        lambda: ring_all_reduce(torch.ones(3, dtype=torch.int64), op=dist.ReduceOp.AVG),
+    ):
         try:
             call()
         except (TypeError, ValueError) as e:

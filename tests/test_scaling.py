@@ -1,6 +1,6 @@
-"""Chapter 7: the scaling model, its figure, stragglers, and local SGD on real gloo groups."""
+"""Chapter 7: the scaling model, its figure, stragglers, and local SGD on real gloo
+groups."""
 
-import math
 import random
 import re
 
@@ -10,24 +10,43 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib import run_ranks
+from mylib.figures.scaling import scaling_figure, scaling_rows
+from mylib.local_sgd import LocalSGD, bytes_per_step
 from mylib.models.buckets import MB, assign_buckets
 from mylib.models.costmodel import ring_all_reduce_time
-from mylib.local_sgd import LocalSGD, bytes_per_step
-from mylib.models.scaling import (STRONG, WEAK, bucket_bytes, bucketed_comm_s, comm_bound_ranks, compute_factor,
-                           expected_slowest_delay_s, harmonic_number, per_rank_layers, ring_limit_s, scaled_step,
-                           scaling_table, synchronous_step_s, transformer_like_layers)
-from mylib.figures.scaling import scaling_figure, scaling_rows
+from mylib.models.scaling import (
+    STRONG,
+    WEAK,
+    bucket_bytes,
+    bucketed_comm_s,
+    comm_bound_ranks,
+    compute_factor,
+    expected_slowest_delay_s,
+    harmonic_number,
+    per_rank_layers,
+    ring_limit_s,
+    scaled_step,
+    scaling_table,
+    synchronous_step_s,
+    transformer_like_layers,
+)
 from mylib.models.timeline import Layer, uniform_layers
 
 # -- the worked numbers of the chapter ---------------------------------------
 
+
 def test_worked_numbers_7b():
     grad_bytes = 7e9 * 2  # bf16
-    # 8 ranks on 900 GB/s: 2 (n-1)/n G / beta = 27.2 ms; the many-rank limit 2 G / beta is 31.1 ms.
-    assert ring_all_reduce_time(grad_bytes, 8, 0.0, 900e9) == pytest.approx(0.0272222, rel=1e-5)
+    # 8 ranks on 900 GB/s: 2 (n-1)/n G / beta = 27.2 ms; the many-rank limit 2 G / beta
+    # is 31.1 ms.
+    assert ring_all_reduce_time(grad_bytes, 8, 0.0, 900e9) == pytest.approx(
+        0.0272222, rel=1e-5
+    )
     assert ring_limit_s(grad_bytes, 900e9) == pytest.approx(0.0311111, rel=1e-5)
     # 64 ranks on 50 GB/s: 0.551 s of ring traffic against 0.8 s of backward.
-    assert ring_all_reduce_time(grad_bytes, 64, 0.0, 50e9) == pytest.approx(0.55125, rel=1e-9)
+    assert ring_all_reduce_time(grad_bytes, 64, 0.0, 50e9) == pytest.approx(
+        0.55125, rel=1e-9
+    )
     layers = transformer_like_layers(grad_bytes, 0.8 * 64)
     t = scaled_step(layers, 64, 0.0, 50e9, 25 * MB)
     assert t.backward_end_s == pytest.approx(0.8)
@@ -39,6 +58,7 @@ def test_worked_numbers_7b():
 
 
 # -- the model ---------------------------------------------------------------
+
 
 def test_compute_factor():
     assert compute_factor(1) == 1.0
@@ -67,26 +87,43 @@ def test_gradient_sizes_do_not_shrink():
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 512), k=st.integers(1, 20), tensor_mb=st.floats(0.01, 200),
-       alpha_us=st.floats(0, 100), gbps=st.floats(0.1, 1000), cap_mb=st.sampled_from([0, 1, 25, 100]))
+@given(
+    n=st.integers(1, 512),
+    k=st.integers(1, 20),
+    tensor_mb=st.floats(0.01, 200),
+    alpha_us=st.floats(0, 100),
+    gbps=st.floats(0.1, 1000),
+    cap_mb=st.sampled_from([0, 1, 25, 100]),
+)
 def test_bucketed_comm_closed_form(n, k, tensor_mb, alpha_us, gbps, cap_mb):
-    """K buckets cost 2(n-1) K alpha + 2(n-1)/n G / beta, and the timeline's link is busy exactly that long."""
+    """K buckets cost 2(n-1) K alpha + 2(n-1)/n G / beta, and the timeline's link is
+    busy exactly that long."""
     layers = [Layer(f"l{i}", 0.001, [int(tensor_mb * MB)]) for i in range(k)]
     alpha, beta = alpha_us * 1e-6, gbps * 1e9
     sizes = bucket_bytes(layers, int(cap_mb * MB))
-    assert len(sizes) == len(assign_buckets([int(tensor_mb * MB)] * k, int(cap_mb * MB)))
+    assert len(sizes) == len(
+        assign_buckets([int(tensor_mb * MB)] * k, int(cap_mb * MB))
+    )
     total = sum(sizes)
     expected = 2 * (n - 1) * len(sizes) * alpha + 2 * (n - 1) / n * total / beta
-    assert bucketed_comm_s(layers, n, alpha, beta, int(cap_mb * MB)) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert bucketed_comm_s(layers, n, alpha, beta, int(cap_mb * MB)) == pytest.approx(
+        expected, rel=1e-9, abs=1e-15
+    )
     t = scaled_step(layers, n, alpha, beta, int(cap_mb * MB))
     assert t.comm_s == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
-@given(backward_s=st.floats(0.01, 100), grad_mb=st.floats(1, 5000), gbps=st.floats(1, 1000),
-       alpha_us=st.floats(0, 50))
+@given(
+    backward_s=st.floats(0.01, 100),
+    grad_mb=st.floats(1, 5000),
+    gbps=st.floats(1, 1000),
+    alpha_us=st.floats(0, 50),
+)
 def test_comm_bound_ranks_is_the_first_crossing(backward_s, grad_mb, gbps, alpha_us):
-    layers = transformer_like_layers(grad_mb * MB, backward_s, n_layers=4, tensors_per_layer=2)
+    layers = transformer_like_layers(
+        grad_mb * MB, backward_s, n_layers=4, tensors_per_layer=2
+    )
     alpha, beta = alpha_us * 1e-6, gbps * 1e9
     n = comm_bound_ranks(layers, alpha, beta, 25 * MB, max_ranks=4096)
     if n is None:
@@ -94,7 +131,9 @@ def test_comm_bound_ranks_is_the_first_crossing(backward_s, grad_mb, gbps, alpha
         return
     assert backward_s / n < bucketed_comm_s(layers, n, alpha, beta, 25 * MB)
     if n > 2:
-        assert backward_s / (n - 1) >= bucketed_comm_s(layers, n - 1, alpha, beta, 25 * MB)
+        assert backward_s / (n - 1) >= bucketed_comm_s(
+            layers, n - 1, alpha, beta, 25 * MB
+        )
 
 
 def test_scaling_table_strong_and_weak():
@@ -108,12 +147,15 @@ def test_scaling_table_strong_and_weak():
     effs = [r["efficiency"] for r in rows]
     assert effs == sorted(effs, reverse=True)  # more ranks, lower efficiency
     weak = scaling_table(layers, [1, 64], 5e-6, 50e9, mode=WEAK)
-    assert weak[1]["speedup"] == pytest.approx(64 * weak[0]["step_s"] / weak[1]["step_s"])
+    assert weak[1]["speedup"] == pytest.approx(
+        64 * weak[0]["step_s"] / weak[1]["step_s"]
+    )
     with pytest.raises(ValueError, match="at least one rank count"):
         scaling_table(layers, [], 0, 1e9)
 
 
 # -- the figure --------------------------------------------------------------
+
 
 def test_scaling_figure_draws_the_model_numbers():
     svg = scaling_figure(ranks=64)
@@ -131,13 +173,22 @@ def test_scaling_figure_draws_the_model_numbers():
 
 
 def test_scaling_figure_runs_in_the_browser():
-    """The render function imports only the standard library and stdlib-only mylib modules."""
+    """The render function imports only the standard library and stdlib-only mylib
+    modules."""
     browser = pytest.importorskip("mylib.figures.browser")
     modules = browser.module_closure("mylib.figures.scaling")
-    assert {"figures.scaling", "models.scaling", "models.timeline", "figures.svg", "models.costmodel", "models.buckets"} <= set(modules)
+    assert {
+        "figures.scaling",
+        "models.scaling",
+        "models.timeline",
+        "figures.svg",
+        "models.costmodel",
+        "models.buckets",
+    } <= set(modules)
 
 
 # -- stragglers --------------------------------------------------------------
+
 
 def test_synchronous_step_waits_for_the_slowest():
     assert synchronous_step_s([0.1, 0.1, 0.4, 0.1], comm_s=0.05) == pytest.approx(0.45)
@@ -150,21 +201,30 @@ def test_expected_slowest_delay_matches_simulation():
     rng = random.Random(0)
     for n in (1, 2, 4, 16):
         draws = [max(rng.expovariate(1 / 0.02) for _ in range(n)) for _ in range(20000)]
-        assert sum(draws) / len(draws) == pytest.approx(expected_slowest_delay_s(n, 0.02), rel=0.03)
+        assert sum(draws) / len(draws) == pytest.approx(
+            expected_slowest_delay_s(n, 0.02), rel=0.03
+        )
 
 
 # -- local SGD on real gloo groups -------------------------------------------
 
+
 def _train_local_sgd(sync_every, steps, use_torch_averager, seed=0):
     import torch.distributed as dist
-    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+    from torch.distributed.algorithms.model_averaging.averagers import (
+        PeriodicModelAverager,
+    )
 
     from mylib.comm import count_bytes
     from mylib.local_sgd import LocalSGD
 
     rank, n = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(seed + rank)  # different initial weights: the broadcast must fix them
-    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    torch.manual_seed(
+        seed + rank
+    )  # different initial weights: the broadcast must fix them
+    model = torch.nn.Sequential(
+        torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     if use_torch_averager:
         for p in model.parameters():
@@ -183,14 +243,20 @@ def _train_local_sgd(sync_every, steps, use_torch_averager, seed=0):
             else:
                 local.step()
             opt.zero_grad()
-    return [p.detach().clone() for p in model.parameters()], stats.by_op.get("all_reduce", 0)
+    return [p.detach().clone() for p in model.parameters()], stats.by_op.get(
+        "all_reduce", 0
+    )
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("sync_every", [2, 4])
 def test_local_sgd_equals_pytorch_periodic_model_averager(world_size, sync_every):
-    ours = run_ranks(_train_local_sgd, world_size, args=(sync_every, 8, False), show_output=False)
-    theirs = run_ranks(_train_local_sgd, world_size, args=(sync_every, 8, True), show_output=False)
+    ours = run_ranks(
+        _train_local_sgd, world_size, args=(sync_every, 8, False), show_output=False
+    )
+    theirs = run_ranks(
+        _train_local_sgd, world_size, args=(sync_every, 8, True), show_output=False
+    )
     for (a, _), (b, _) in zip(ours, theirs):
         for pa, pb in zip(a, b):
             assert (pa - pb).abs().max().item() < 1e-6
@@ -200,7 +266,9 @@ def test_local_sgd_equals_pytorch_periodic_model_averager(world_size, sync_every
             assert torch.equal(p, p0)
     # Bytes: one all-reduce of all parameters per period.
     n_params = sum(p.numel() for p in ours[0][0])
-    assert ours[0][1] == (8 // sync_every) * (2 * (world_size - 1) * n_params * 4 // world_size)
+    assert ours[0][1] == (8 // sync_every) * (
+        2 * (world_size - 1) * n_params * 4 // world_size
+    )
 
 
 def _sync_every_step_vs_gradient_averaging(steps):
@@ -210,10 +278,17 @@ def _sync_every_step_vs_gradient_averaging(steps):
 
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    a = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
-    b = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    a = torch.nn.Sequential(
+        torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3)
+    )
+    b = torch.nn.Sequential(
+        torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3)
+    )
     b.load_state_dict(a.state_dict())
-    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.05), torch.optim.SGD(b.parameters(), lr=0.05)
+    opt_a, opt_b = (
+        torch.optim.SGD(a.parameters(), lr=0.05),
+        torch.optim.SGD(b.parameters(), lr=0.05),
+    )
     local = LocalSGD(a, opt_a, sync_every=1)
     gen = torch.Generator().manual_seed(7 + rank)
     for _ in range(steps):
@@ -227,11 +302,15 @@ def _sync_every_step_vs_gradient_averaging(steps):
         opt_b.step()
         opt_a.zero_grad()
         opt_b.zero_grad()
-    return max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters()))
+    return max(
+        (pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters())
+    )
 
 
 def test_local_sgd_every_step_is_synchronous_sgd():
-    diffs = run_ranks(_sync_every_step_vs_gradient_averaging, 3, args=(6,), show_output=False)
+    diffs = run_ranks(
+        _sync_every_step_vs_gradient_averaging, 3, args=(6,), show_output=False
+    )
     assert max(diffs) < 1e-6
 
 
@@ -245,6 +324,7 @@ def test_local_sgd_bad_input():
 
 # -- the chapter's exercises: their key points are asserted here -------------
 
+
 def test_chapter_exercise_answers():
     assert comm_bound_ranks(transformer_like_layers(2.6e9, 20.0), 0.0, 25e9) == 98
     assert expected_slowest_delay_s(256, 0.004) == pytest.approx(0.0245, abs=1e-4)
@@ -255,20 +335,30 @@ def test_chapter_exercise_answers():
 
 # -- the measured run: the arithmetic does not change with the rank count ----
 
+
 def _small_model():
     from mylib.experiments.common import mlp
+
     return mlp([32] * 4)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_fixed_global_batch_equals_one_process(world_size):
     from mylib.experiments.common import global_batches
-    from mylib.experiments.scaling_measure import train_fixed_global_batch, train_single_process
+    from mylib.experiments.scaling_measure import (
+        train_fixed_global_batch,
+        train_single_process,
+    )
 
     batches = global_batches(4, 12, [32])
     reference = train_single_process(_small_model, batches, 0.05)
-    results = run_ranks(train_fixed_global_batch, world_size, args=(_small_model, batches, 0.05),
-                        kwargs=dict(comm_sizes=[4096, 65536]), show_output=False)
+    results = run_ranks(
+        train_fixed_global_batch,
+        world_size,
+        args=(_small_model, batches, 0.05),
+        kwargs=dict(comm_sizes=[4096, 65536]),
+        show_output=False,
+    )
     for step_s, allreduce_s, params in results:
         assert len(step_s) == 4 and (allreduce_s is None) == (world_size == 1)
         for p, r in zip(params, reference):
@@ -280,10 +370,20 @@ def test_fixed_global_batch_mylib_equals_torch_ddp():
     from mylib.experiments.scaling_measure import train_fixed_global_batch
 
     batches = global_batches(3, 8, [32])
-    ours = run_ranks(train_fixed_global_batch, 2, args=(_small_model, batches, 0.05),
-                     kwargs=dict(comm_sizes=[4096, 65536]), show_output=False)
-    theirs = run_ranks(train_fixed_global_batch, 2, args=(_small_model, batches, 0.05),
-                       kwargs=dict(comm_sizes=[4096, 65536], use_torch_ddp=True), show_output=False)
+    ours = run_ranks(
+        train_fixed_global_batch,
+        2,
+        args=(_small_model, batches, 0.05),
+        kwargs=dict(comm_sizes=[4096, 65536]),
+        show_output=False,
+    )
+    theirs = run_ranks(
+        train_fixed_global_batch,
+        2,
+        args=(_small_model, batches, 0.05),
+        kwargs=dict(comm_sizes=[4096, 65536], use_torch_ddp=True),
+        show_output=False,
+    )
     for p, q in zip(ours[0][2], theirs[0][2]):
         assert (p - q).abs().max().item() < 1e-6
 
@@ -294,19 +394,31 @@ def test_fixed_global_batch_needs_an_even_split():
     from mylib.experiments.scaling_measure import train_fixed_global_batch
 
     with pytest.raises(RankError, match="split evenly"):
-        run_ranks(train_fixed_global_batch, 3, args=(_small_model, global_batches(1, 8, [32]), 0.05),
-                  show_output=False)
+        run_ranks(
+            train_fixed_global_batch,
+            3,
+            args=(_small_model, global_batches(1, 8, [32]), 0.05),
+            show_output=False,
+        )
 
 
 def test_predicted_step_recovers_the_link():
-    from mylib.experiments.scaling_measure import COMM_SIZES, linear_layers, predicted_step
+    from mylib.experiments.scaling_measure import (
+        COMM_SIZES,
+        linear_layers,
+        predicted_step,
+    )
 
     model = _small_model()
     alpha, beta = 50e-6, 2e9
     measured = [ring_all_reduce_time(b, 4, alpha, beta) for b in COMM_SIZES]
     timeline, fit = predicted_step(model, 4, 0.001, 0.002, measured, cores=2)
-    assert fit.alpha == pytest.approx(alpha, rel=1e-6) and fit.beta == pytest.approx(beta, rel=1e-6)
-    assert timeline.backward_end_s == pytest.approx(0.001 * 2 + 0.002 * 2)  # 4 ranks share 2 cores
+    assert fit.alpha == pytest.approx(alpha, rel=1e-6) and fit.beta == pytest.approx(
+        beta, rel=1e-6
+    )
+    assert timeline.backward_end_s == pytest.approx(
+        0.001 * 2 + 0.002 * 2
+    )  # 4 ranks share 2 cores
     layers = linear_layers(model, 0.003)
     assert [l.param_bytes for l in layers] == [(32 * 4, 32 * 32 * 4)] * 3
     one, no_fit = predicted_step(model, 1, 0.001, 0.002)
@@ -316,8 +428,13 @@ def test_predicted_step_recovers_the_link():
 def test_straggler_steps_shape():
     from mylib.experiments.scaling_measure import straggler_steps
 
-    results = run_ranks(straggler_steps, 2, args=(0.001, [0.0, 0.002], 3), kwargs=dict(jitter_mean_s=0.001),
-                        show_output=False)
+    results = run_ranks(
+        straggler_steps,
+        2,
+        args=(0.001, [0.0, 0.002], 3),
+        kwargs=dict(jitter_mean_s=0.001),
+        show_output=False,
+    )
     for own, step, delays in results:
         assert len(own) == len(step) == len(delays) == 3
         assert all(s >= o for s, o in zip(step, own))  # the step includes the compute
@@ -325,15 +442,21 @@ def test_straggler_steps_shape():
 
 # -- asynchronous SGD: staleness ---------------------------------------------
 
+
 def test_stale_gradient_sgd():
     from mylib.local_sgd import stale_gradient_sgd
 
     def model():
         torch.manual_seed(0)
-        return torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
+        return torch.nn.Sequential(
+            torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1)
+        )
 
     gen = torch.Generator().manual_seed(2)
-    batches = [(torch.randn(4, 3, generator=gen), torch.randn(4, 1, generator=gen)) for _ in range(6)]
+    batches = [
+        (torch.randn(4, 3, generator=gen), torch.randn(4, 1, generator=gen))
+        for _ in range(6)
+    ]
     fresh, plain = model(), model()
     stale_gradient_sgd(fresh, batches, 0.1, 0, torch.nn.functional.mse_loss)
     for x, y in batches:  # delay 0 is plain SGD

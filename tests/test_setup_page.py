@@ -1,4 +1,5 @@
-"""The setup page's torchrun example runs as printed (book/setup.md), under torchrun, on the CPU."""
+"""The setup page's torchrun example runs as printed (book/setup.md), under torchrun, on
+the CPU."""
 
 import os
 import pathlib
@@ -18,7 +19,15 @@ def test_setup_page_torchrun_example(tmp_path):
     (tmp_path / "train.py").write_text(script)
     torchrun = pathlib.Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node=2", "train.py"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node=2", "train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert re.search(r"^2 ranks, last loss on rank 0: \d+\.\d{4}$", done.stdout, re.M), done.stdout
+    assert re.search(
+        r"^2 ranks, last loss on rank 0: \d+\.\d{4}$", done.stdout, re.M
+    ), done.stdout

@@ -17,7 +17,9 @@ import pytest
 from mylib.figures.show import source_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHOWN = re.compile(r"^`(mylib/[\w/]+\.py), lines (\d+)-(\d+)`\n\n```python\n(.*)\n```\s*$", re.S)
+SHOWN = re.compile(
+    r"^`(mylib/[\w/]+\.py), lines (\d+)-(\d+)`\n\n```python\n(.*)\n```\s*$", re.S
+)
 
 
 def _shown_blocks():
@@ -30,19 +32,27 @@ def _shown_blocks():
                     continue
                 match = SHOWN.match("".join(md) if isinstance(md, list) else md)
                 if match:
-                    yield pytest.param(*match.group(1, 4), id=f"{os.path.basename(path)}-cell{i}")
+                    yield pytest.param(
+                        *match.group(1, 4), id=f"{os.path.basename(path)}-cell{i}"
+                    )
 
 
 @pytest.mark.parametrize("source_file,code", list(_shown_blocks()))
 def test_shown_source_is_current(source_file, code):
     with open(os.path.join(ROOT, source_file)) as f:
-        assert code in f.read(), f"{source_file} changed since the notebook showed it: run `make notebooks`"
+        assert code in f.read(), (
+            f"{source_file} changed since the notebook showed it: run `make notebooks`"
+        )
 
 
 def test_show_source_names_file_and_lines():
     text, where = source_of(source_of)
-    assert text.startswith("def source_of(") and where.startswith("mylib/figures/show.py, lines ")
+    assert text.startswith("def source_of(") and where.startswith(
+        "mylib/figures/show.py, lines "
+    )
 
 
 def test_some_notebook_shows_library_code():
-    assert list(_shown_blocks()), "no show_source output found: has the output format changed?"
+    assert list(_shown_blocks()), (
+        "no show_source output found: has the output format changed?"
+    )

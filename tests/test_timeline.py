@@ -1,4 +1,5 @@
-"""The timeline model (mylib.models.timeline), its drawing (mylib.figures.timeline) and chapter 3's figures (mylib.figures.ddp)."""
+"""The timeline model (mylib.models.timeline), its drawing (mylib.figures.timeline) and
+chapter 3's figures (mylib.figures.ddp)."""
 
 import math
 import xml.etree.ElementTree as ET
@@ -7,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mylib.models import timeline as tl
 from mylib.figures import ddp as of
-from mylib.models.layers import transformer_blocks
 from mylib.figures import timeline as ts
+from mylib.models import timeline as tl
 from mylib.models.buckets import MB, assign_buckets
 from mylib.models.costmodel import ring_all_reduce_time
+from mylib.models.layers import transformer_blocks
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -22,13 +23,21 @@ def comm_spans(timeline):
 
 
 def test_hand_computed_timeline():
-    # Three layers of 1 ms each; alpha 0, 2 ranks at 1000 bytes/s: an all-reduce of b bytes takes b/1000 s.
-    layers = [tl.Layer("c", 1e-3, (1,)), tl.Layer("b", 1e-3, (2,)), tl.Layer("a", 1e-3, (3,))]
+    # Three layers of 1 ms each; alpha 0, 2 ranks at 1000 bytes/s: an all-reduce of b
+    # bytes takes b/1000 s.
+    layers = [
+        tl.Layer("c", 1e-3, (1,)),
+        tl.Layer("b", 1e-3, (2,)),
+        tl.Layer("a", 1e-3, (3,)),
+    ]
     link = tl.Link(2, 0.0, 1000.0)
     t = tl.simulate(layers, cap_bytes=0, link=link)
-    # bucket 0: ready at 1 ms, 1 ms long; bucket 1: ready at 2 ms, 2 ms long; bucket 2: ready at 3 ms,
+    # bucket 0: ready at 1 ms, 1 ms long; bucket 1: ready at 2 ms, 2 ms long; bucket 2:
+    # ready at 3 ms,
     # waits for the link until 4 ms, 3 ms long: ends at 7 ms.
-    assert [x for s in comm_spans(t) for x in (s.start_s, s.end_s)] == pytest.approx([1e-3, 2e-3, 2e-3, 4e-3, 4e-3, 7e-3])
+    assert [x for s in comm_spans(t) for x in (s.start_s, s.end_s)] == pytest.approx(
+        [1e-3, 2e-3, 2e-3, 4e-3, 4e-3, 7e-3]
+    )
     assert [s.ready_s for s in comm_spans(t)] == pytest.approx([1e-3, 2e-3, 3e-3])
     assert t.backward_end_s == pytest.approx(3e-3)
     assert t.step_s == pytest.approx(7e-3)
@@ -39,20 +48,30 @@ def test_hand_computed_timeline():
 
 
 def test_contention_stretches_overlapping_compute_and_communication():
-    # While both run, compute goes 1.5x slower and the all-reduce 2x slower (CPU cores shared, as with gloo).
+    # While both run, compute goes 1.5x slower and the all-reduce 2x slower (CPU cores
+    # shared, as with gloo).
     layers = [tl.Layer("b", 1e-3, (1,)), tl.Layer("a", 1e-3, (1,))]
     link = tl.Link(2, 0.0, 1000.0, comm_stretch=2.0, compute_stretch=1.5)
     t = tl.simulate(layers, 0, link)
-    # 0-1 ms: layer b alone. At 1 ms bucket 0 (1 ms of work) starts; layer a (1 ms of work) now takes
-    # 1.5 ms: done at 2.5 ms, when bucket 0 has done 0.75 ms of work. It finishes alone at 2.75 ms;
+    # 0-1 ms: layer b alone. At 1 ms bucket 0 (1 ms of work) starts; layer a (1 ms of
+    # work) now takes
+    # 1.5 ms: done at 2.5 ms, when bucket 0 has done 0.75 ms of work. It finishes alone
+    # at 2.75 ms;
     # bucket 1 then runs alone until 3.75 ms.
     compute = [s for s in t.spans if s.kind == "backward"]
-    assert [x for s in compute for x in (s.start_s, s.end_s)] == pytest.approx([0, 1e-3, 1e-3, 2.5e-3])
-    assert [x for s in comm_spans(t) for x in (s.start_s, s.end_s)] == pytest.approx([1e-3, 2.75e-3, 2.75e-3, 3.75e-3])
+    assert [x for s in compute for x in (s.start_s, s.end_s)] == pytest.approx(
+        [0, 1e-3, 1e-3, 2.5e-3]
+    )
+    assert [x for s in comm_spans(t) for x in (s.start_s, s.end_s)] == pytest.approx(
+        [1e-3, 2.75e-3, 2.75e-3, 3.75e-3]
+    )
     assert t.exposed_comm_s == pytest.approx(1.25e-3)
-    # No overlap, nothing to stretch: the all-at-end baseline is the same on any machine.
+    # No overlap, nothing to stretch: the all-at-end baseline is the same on any
+    # machine.
     plain = tl.Link(2, 0.0, 1000.0)
-    assert tl.all_at_end(layers, link).step_s == pytest.approx(tl.all_at_end(layers, plain).step_s)
+    assert tl.all_at_end(layers, link).step_s == pytest.approx(
+        tl.all_at_end(layers, plain).step_s
+    )
     with pytest.raises(ValueError, match="must be >= 1"):
         tl.Link(2, 0.0, 1000.0, comm_stretch=0.5)
 
@@ -63,7 +82,9 @@ def test_baselines():
     end = tl.all_at_end(layers, link)
     total = sum(layer.nbytes for layer in layers)
     assert end.n_buckets == 1 and end.overlap == 0.0
-    assert end.exposed_comm_s == pytest.approx(ring_all_reduce_time(total, 4, 10e-6, 1e6))
+    assert end.exposed_comm_s == pytest.approx(
+        ring_all_reduce_time(total, 4, 10e-6, 1e6)
+    )
     assert end.step_s == pytest.approx(8e-3 + end.exposed_comm_s)
     per = tl.per_parameter(layers, link)
     assert per.n_buckets == 8
@@ -76,7 +97,9 @@ def test_buckets_come_from_the_shared_rule():
     for cap in (0, MB, 5 * MB, 25 * MB):
         t = tl.simulate(layers, cap, tl.Link(2, 1e-5, 1e9))
         assert t.buckets == assign_buckets(sizes, cap)
-        assert [s.nbytes for s in comm_spans(t)] == [sum(sizes[i] for i in b) for b in t.buckets]
+        assert [s.nbytes for s in comm_spans(t)] == [
+            sum(sizes[i] for i in b) for b in t.buckets
+        ]
     t = tl.simulate(layers, 25 * MB, tl.Link(2, 1e-5, 1e9), first_cap_bytes=7 * MB)
     assert t.buckets == assign_buckets(sizes, 25 * MB, 7 * MB)
 
@@ -88,7 +111,9 @@ def test_forward_and_optimizer_frame_the_step():
     full = tl.simulate(layers, MB, link, forward_s=5e-3, optimizer_s=2e-3)
     assert full.step_s == pytest.approx(bare.step_s + 7e-3)
     assert full.exposed_comm_s == pytest.approx(bare.exposed_comm_s)
-    assert [s.kind for s in full.spans][0] == "forward" and full.spans[-1].kind == "optimizer"
+    assert [s.kind for s in full.spans][0] == "forward" and full.spans[
+        -1
+    ].kind == "optimizer"
 
 
 def test_infinitely_fast_network_and_one_rank_hide_nothing():
@@ -100,24 +125,30 @@ def test_infinitely_fast_network_and_one_rank_hide_nothing():
 
 
 def test_best_cap_trades_latency_against_the_exposed_tail():
-    # Slow per-message latency punishes tiny buckets; one huge bucket exposes everything.
+    # Slow per-message latency punishes tiny buckets; one huge bucket exposes
+    # everything.
     layers = tl.uniform_layers(32, (4 * 2048, 16 * MB), 3e-3)
     link = tl.Link(8, 200e-6, 10e9)
     best, timelines = tl.best_cap(layers, [0, MB, 25 * MB, 10_000 * MB], link)
     assert best == 25 * MB
-    assert timelines[0].step_s > timelines[25 * MB].step_s < timelines[10_000 * MB].step_s
+    assert (
+        timelines[0].step_s > timelines[25 * MB].step_s < timelines[10_000 * MB].step_s
+    )
 
 
-@pytest.mark.parametrize("bad, fix", [
-    (lambda: tl.Link(0, 1e-6, 1e9), "ranks"),
-    (lambda: tl.Link(2, -1, 1e9), "alpha_s"),
-    (lambda: tl.Link(2, 1e-6, 0), "bandwidth"),
-    (lambda: tl.Layer("x", -1, 10), "backward_s"),
-    (lambda: tl.Layer("x", 1e-3, (-5,)), "gradient sizes"),
-    (lambda: tl.simulate([], MB, tl.Link(2, 0, 1e9)), "at least one layer"),
-    (lambda: tl.simulate([(1e-3, 10)], MB, tl.Link(2, 0, 1e9)), "Layer objects"),
-    (lambda: tl.uniform_layers(0, 10, 1e-3), "n_layers"),
-])
+@pytest.mark.parametrize(
+    "bad, fix",
+    [
+        (lambda: tl.Link(0, 1e-6, 1e9), "ranks"),
+        (lambda: tl.Link(2, -1, 1e9), "alpha_s"),
+        (lambda: tl.Link(2, 1e-6, 0), "bandwidth"),
+        (lambda: tl.Layer("x", -1, 10), "backward_s"),
+        (lambda: tl.Layer("x", 1e-3, (-5,)), "gradient sizes"),
+        (lambda: tl.simulate([], MB, tl.Link(2, 0, 1e9)), "at least one layer"),
+        (lambda: tl.simulate([(1e-3, 10)], MB, tl.Link(2, 0, 1e9)), "Layer objects"),
+        (lambda: tl.uniform_layers(0, 10, 1e-3), "n_layers"),
+    ],
+)
 def test_bad_input_names_the_fix(bad, fix):
     with pytest.raises((ValueError, TypeError), match=fix):
         bad()
@@ -145,7 +176,8 @@ def test_timeline_invariants(raw_layers, cap, ranks, alpha, bandwidth):
     backward = sum(layer.backward_s for layer in layers)
     comm = comm_spans(t)
     eps = 1e-12 * max(1.0, t.step_s)
-    # The link carries one all-reduce at a time, in launch order, each after its bucket is ready.
+    # The link carries one all-reduce at a time, in launch order, each after its bucket
+    # is ready.
     for a, b in zip(comm, comm[1:]):
         assert b.start_s >= a.end_s - eps
     for span in comm:
@@ -155,12 +187,15 @@ def test_timeline_invariants(raw_layers, cap, ranks, alpha, bandwidth):
     assert t.step_s == pytest.approx(max(backward, comm[-1].end_s))
     assert 0.0 <= t.exposed_comm_s <= t.comm_s + eps
     assert 0.0 <= t.overlap <= 1.0 + 1e-9
-    # The last bucket holds the first layer's gradients: it cannot start before the backward ends.
+    # The last bucket holds the first layer's gradients: it cannot start before the
+    # backward ends.
     assert t.exposed_comm_s >= comm[-1].duration_s - eps
     # Never worse than sending the same buckets one after another after the backward.
     assert t.step_s <= backward + sum(s.duration_s for s in comm) + eps
     end = tl.all_at_end(layers, link)
-    assert end.step_s == pytest.approx(backward + link.allreduce_s(sum(layer.nbytes for layer in layers)))
+    assert end.step_s == pytest.approx(
+        backward + link.allreduce_s(sum(layer.nbytes for layer in layers))
+    )
 
 
 def metrics_in_svg(svg):
@@ -168,7 +203,9 @@ def metrics_in_svg(svg):
     found = {}
     for el in root.iter(f"{SVG_NS}text"):
         if "data-metric" in el.attrib:
-            found[(int(el.attrib["data-timeline"]), el.attrib["data-metric"])] = float(el.attrib["data-value"])
+            found[(int(el.attrib["data-timeline"]), el.attrib["data-metric"])] = float(
+                el.attrib["data-value"]
+            )
     return found
 
 
@@ -177,7 +214,9 @@ def test_drawing_carries_every_number_exactly():
     link = tl.Link(8, 20e-6, 10e9)
     rows = [tl.all_at_end(layers, link), tl.simulate(layers, 25 * MB, link)]
     svg = ts.draw_timelines(rows, title="a <test> & title")
-    found = metrics_in_svg(svg)  # also proves the SVG is well-formed XML (title escaped)
+    found = metrics_in_svg(
+        svg
+    )  # also proves the SVG is well-formed XML (title escaped)
     for k, t in enumerate(rows):
         for key in ("step_s", "exposed_comm_s", "overlap", "n_buckets"):
             assert found[(k, key)] == getattr(t, key)
@@ -185,13 +224,23 @@ def test_drawing_carries_every_number_exactly():
 
 
 def test_bucketing_figure_matches_the_model():
-    values = dict(n_layers=10, bucket_cap_mb=5.0, bandwidth_gb_s=25.0, latency_us=50.0, backward_ms_per_layer=1.5,
-                  ranks=16)
+    values = dict(
+        n_layers=10,
+        bucket_cap_mb=5.0,
+        bandwidth_gb_s=25.0,
+        latency_us=50.0,
+        backward_ms_per_layer=1.5,
+        ranks=16,
+    )
     found = metrics_in_svg(ts.bucketing_figure(**values))
     drawn = ts.bucketing_timelines(**values)
     layers = transformer_blocks(10, 1.5)
     link = tl.Link(16, 50e-6, 25e9)
-    expected = [tl.all_at_end(layers, link), tl.per_parameter(layers, link), tl.simulate(layers, 5 * MB, link)]
+    expected = [
+        tl.all_at_end(layers, link),
+        tl.per_parameter(layers, link),
+        tl.simulate(layers, 5 * MB, link),
+    ]
     for k, (d, t) in enumerate(zip(drawn, expected)):
         for key in ("step_s", "exposed_comm_s", "overlap", "n_buckets"):
             assert found[(k, key)] == getattr(d, key)
@@ -199,23 +248,34 @@ def test_bucketing_figure_matches_the_model():
 
 
 def test_step_strip_shows_six_moments_in_order():
-    t = tl.simulate(transformer_blocks(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9), forward_s=10e-3, optimizer_s=4e-3)
+    t = tl.simulate(
+        transformer_blocks(8, 3.0),
+        25 * MB,
+        tl.Link(8, 20e-6, 10e9),
+        forward_s=10e-3,
+        optimizer_s=4e-3,
+    )
     moments = of.strip_moments(t)
     assert moments == sorted(moments) and 0 < moments[0] and moments[-1] < t.step_s
     states = [of.bucket_states(t, m) for m in moments]
     assert set(states[0]) == {"filling"} and set(states[-1]) == {"averaged"}
     assert "all-reducing" in states[2]
-    assert "filling" not in states[4]  # waiting after the backward: every bucket is full
+    assert (
+        "filling" not in states[4]
+    )  # waiting after the backward: every bucket is full
     svg = of.ddp_step_strip(t)
     ET.fromstring(svg)
     for caption in of.STRIP_CAPTIONS:
         assert caption in svg
     with pytest.raises(ValueError, match="optimizer"):
-        of.strip_moments(tl.simulate(transformer_blocks(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9)))
+        of.strip_moments(
+            tl.simulate(transformer_blocks(8, 3.0), 25 * MB, tl.Link(8, 20e-6, 10e9))
+        )
 
 
 def test_default_figure_has_the_chapter_story():
-    # The chapter's default slider position must show what the text says: buckets beat both baselines.
+    # The chapter's default slider position must show what the text says: buckets beat
+    # both baselines.
     found = metrics_in_svg(ts.bucketing_figure())
     end, per, buckets = (found[(k, "step_s")] for k in range(3))
     assert buckets < per < end

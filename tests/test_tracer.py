@@ -1,4 +1,5 @@
-"""The tracer (mylib.tracer) and the calibration run (mylib.experiments.calibrate): real MyDDP steps on gloo ranks.
+"""The tracer (mylib.tracer) and the calibration run (mylib.experiments.calibrate): real
+MyDDP steps on gloo ranks.
 
 No timing is asserted (the machine is shared); what is asserted is the
 structure: every event lands in the right span, in a consistent order, and
@@ -17,19 +18,31 @@ from mylib.tracer import Tracer, _layers_from_events, time_layers
 
 def test_timeline_from_synthetic_events():
     tracer = Tracer()
-    events = [("backward", 10.0, {}),
-              ("grad_ready", 10.5, {"name": "2.bias", "bucket": 0}), ("grad_ready", 10.6, {"name": "2.weight", "bucket": 0}),
-              ("bucket_launch", 10.6, {"bucket": 0}),
-              ("grad_ready", 11.0, {"name": "0.bias", "bucket": 1}), ("grad_ready", 11.1, {"name": "0.weight", "bucket": 1}),
-              ("bucket_launch", 11.1, {"bucket": 1}), ("bucket_done", 11.2, {"bucket": 0}),
-              ("bucket_done", 11.5, {"bucket": 1}), ("sync_done", 11.6, {})]
+    events = [
+        ("backward", 10.0, {}),
+        ("grad_ready", 10.5, {"name": "2.bias", "bucket": 0}),
+        ("grad_ready", 10.6, {"name": "2.weight", "bucket": 0}),
+        ("bucket_launch", 10.6, {"bucket": 0}),
+        ("grad_ready", 11.0, {"name": "0.bias", "bucket": 1}),
+        ("grad_ready", 11.1, {"name": "0.weight", "bucket": 1}),
+        ("bucket_launch", 11.1, {"bucket": 1}),
+        ("bucket_done", 11.2, {"bucket": 0}),
+        ("bucket_done", 11.5, {"bucket": 1}),
+        ("sync_done", 11.6, {}),
+    ]
     for event, t, fields in events:
         tracer(event, t, **fields)
     t = tracer.timeline()
     backward = [s for s in t.spans if s.kind == "backward"]
-    assert [(s.label, s.start_s, s.end_s) for s in backward] == [("2", 10.0, 10.6), ("0", 10.6, 11.1)]
+    assert [(s.label, s.start_s, s.end_s) for s in backward] == [
+        ("2", 10.0, 10.6),
+        ("0", 10.6, 11.1),
+    ]
     comm = [s for s in t.spans if s.kind == "allreduce"]
-    assert [(s.bucket, s.start_s, s.end_s, s.ready_s) for s in comm] == [(0, 10.6, 11.2, 10.6), (1, 11.1, 11.5, 11.1)]
+    assert [(s.bucket, s.start_s, s.end_s, s.ready_s) for s in comm] == [
+        (0, 10.6, 11.2, 10.6),
+        (1, 11.1, 11.5, 11.1),
+    ]
     assert [s.kind for s in t.spans][-1] == "sync"
     assert t.step_s == pytest.approx(1.6)
     assert t.backward_end_s == pytest.approx(1.1)
@@ -65,14 +78,32 @@ def test_time_layers_on_a_real_backward():
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16))
     x, y = torch.randn(8, 32), torch.randn(8, 16)
     for statistic in ("median", "min"):
-        layers = time_layers(model, lambda: nn.functional.mse_loss(model(x), y), repeats=3, warmup=1,
-                             statistic=statistic)
+        layers = time_layers(
+            model,
+            lambda: nn.functional.mse_loss(model(x), y),
+            repeats=3,
+            warmup=1,
+            statistic=statistic,
+        )
         assert [layer.name for layer in layers] == ["2", "0"]  # backward order
-        assert [layer.param_bytes for layer in layers] == [(16 * 4, 16 * 64 * 4), (64 * 4, 64 * 32 * 4)]
+        assert [layer.param_bytes for layer in layers] == [
+            (16 * 4, 16 * 64 * 4),
+            (64 * 4, 64 * 32 * 4),
+        ]
         assert all(layer.backward_s >= 0 for layer in layers)
-    runs = time_layers(model, lambda: nn.functional.mse_loss(model(x), y), repeats=3, warmup=1, statistic="runs")
-    assert len(runs) == 3 and all([layer.name for layer in run] == ["2", "0"] for run in runs)
-    assert all(not p._post_accumulate_grad_hooks for p in model.parameters())  # hooks removed
+    runs = time_layers(
+        model,
+        lambda: nn.functional.mse_loss(model(x), y),
+        repeats=3,
+        warmup=1,
+        statistic="runs",
+    )
+    assert len(runs) == 3 and all(
+        [layer.name for layer in run] == ["2", "0"] for run in runs
+    )
+    assert all(
+        not p._post_accumulate_grad_hooks for p in model.parameters()
+    )  # hooks removed
     with pytest.raises(ValueError, match="statistic"):
         time_layers(model, lambda: model(x).sum(), statistic="mean")
 
@@ -82,60 +113,93 @@ def test_link_is_calibrated_over_the_sizes_a_bucket_can_have():
     from mylib.experiments.common import mlp
 
     sizes = link_sizes_for(mlp([1024] * 9))  # 8 x 4.004 MB of fp32 gradients
-    assert sizes[0] == 4096 and sizes[-1] == 32 * 2 ** 20
+    assert sizes[0] == 4096 and sizes[-1] == 32 * 2**20
     assert all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
-    assert link_sizes_for(nn.Linear(2, 2)) == [4096, 8192]  # a tiny model: still two sizes, to fit two constants
+    assert link_sizes_for(nn.Linear(2, 2)) == [
+        4096,
+        8192,
+    ]  # a tiny model: still two sizes, to fit two constants
     assert len(link_sizes_for(nn.Linear(64, 64))) == 3  # 16.6 KB: 4, 8 and 16 KB
 
 
 def traced_steps(cap_mb, steps=3):
     import torch.distributed as dist
 
+    from mylib.ddp import MyDDP
     from mylib.experiments.calibrate import traced_step
     from mylib.experiments.common import mlp
-    from mylib.ddp import MyDDP
 
     model = mlp([128] * 5)
     ddp = MyDDP(model, bucket_cap_mb=cap_mb)
     tracer = Tracer()
     ddp.tracer = tracer
     x = torch.randn(16, 128, generator=torch.Generator().manual_seed(dist.get_rank()))
-    timelines = [traced_step(ddp, lambda: nn.functional.mse_loss(ddp(x), x), tracer, "measured") for _ in range(steps)]
+    timelines = [
+        traced_step(ddp, lambda: nn.functional.mse_loss(ddp(x), x), tracer, "measured")
+        for _ in range(steps)
+    ]
     sizes = [p.numel() * p.element_size() for p in model.parameters()][::-1]
-    model_buckets = tl.simulate([tl.Layer(str(i), 1e-3, b) for i, b in enumerate(sizes)], cap_mb * MB,
-                                tl.Link(2, 1e-5, 1e9)).buckets
+    model_buckets = tl.simulate(
+        [tl.Layer(str(i), 1e-3, b) for i, b in enumerate(sizes)],
+        cap_mb * MB,
+        tl.Link(2, 1e-5, 1e9),
+    ).buckets
     backward_index = {id(p): i for i, p in enumerate(list(model.parameters())[::-1])}
     ddp_buckets = [[backward_index[id(q)] for q in b.params] for b in ddp.buckets]
-    return {"timelines": timelines, "nbytes": [b.nbytes for b in ddp.buckets], "model_buckets": model_buckets,
-            "ddp_buckets": ddp_buckets}
+    return {
+        "timelines": timelines,
+        "nbytes": [b.nbytes for b in ddp.buckets],
+        "model_buckets": model_buckets,
+        "ddp_buckets": ddp_buckets,
+    }
 
 
 @pytest.mark.parametrize("cap_mb", [0, 0.1, 25])
 def test_traced_myddp_steps_on_two_ranks(cap_mb):
     for result in run_ranks(traced_steps, 2, args=(cap_mb,), timeout_s=120):
-        # The model and MyDDP bucket the same parameters the same way (one rule, mylib.models.buckets).
+        # The model and MyDDP bucket the same parameters the same way (one rule,
+        # mylib.models.buckets).
         assert result["model_buckets"] == result["ddp_buckets"]
         for t in result["timelines"]:
             comm = [s for s in t.spans if s.kind == "allreduce"]
             backward = [s for s in t.spans if s.kind == "backward"]
             assert [s.bucket for s in comm] == list(range(len(result["nbytes"])))
             assert [s.nbytes for s in comm] == result["nbytes"]
-            assert [s.label for s in backward] == ["6", "4", "2", "0"]  # the Linear layers, last first
+            assert [s.label for s in backward] == [
+                "6",
+                "4",
+                "2",
+                "0",
+            ]  # the Linear layers, last first
             for a, b in zip(backward, backward[1:]):
                 assert a.end_s <= b.start_s + 1e-9
             for s in comm:
                 assert s.ready_s <= s.start_s + 1e-9 and s.start_s <= s.end_s
-            for a, b in zip(comm, comm[1:]):  # launched from a hook, before later gradients arrived: overlap
+            for a, b in zip(
+                comm, comm[1:]
+            ):  # launched from a hook, before later gradients arrived: overlap
                 assert a.start_s <= b.ready_s
             assert t.step_s >= t.backward_end_s and 0.0 <= t.overlap <= 1.0
 
 
 def test_calibration_run_end_to_end():
-    from mylib.experiments.calibrate import ALL_AT_END, compare, cost_of_model_choice, experiment, model_for, typical_round
+    from mylib.experiments.calibrate import (
+        ALL_AT_END,
+        compare,
+        cost_of_model_choice,
+        experiment,
+        model_for,
+        typical_round,
+    )
 
     caps = [0, 1, ALL_AT_END]
-    result = run_ranks(experiment, 2, args=(caps,), kwargs=dict(n_layers=2, width=128, batch_size=16, rounds=2,
-                                                                 warmup=1), timeout_s=300)[0]
+    result = run_ranks(
+        experiment,
+        2,
+        args=(caps,),
+        kwargs=dict(n_layers=2, width=128, batch_size=16, rounds=2, warmup=1),
+        timeout_s=300,
+    )[0]
     assert len(result["rounds"]) == 2 and result["caps"] == caps
     for r in result["rounds"]:
         c = r["calibration"]

@@ -1,62 +1,100 @@
-"""ZeRO-2 (ShardedGradOptimizer) on real gloo groups: equal to one process, gradients sharded during backward."""
+"""ZeRO-2 (ShardedGradOptimizer) on real gloo groups: equal to one process, gradients
+sharded during backward."""
 
 import pytest
 import torch
 import torch.distributed as dist
 
 from mylib import run_ranks
+from mylib.experiments.common import max_param_diff
+from mylib.experiments.zero_check import (
+    CHECK,
+    lm_loss,
+    param_groups,
+    tiny_lm,
+    token_batches,
+    train_single,
+)
 from mylib.zero2 import ShardedGradOptimizer
-from mylib.experiments.zero_check import CHECK, token_batches, lm_loss, tiny_lm, max_param_diff, param_groups, train_single
 
 TOL = 1e-6  # float32, 10 steps of AdamW
 
 
 def _train(config, caps_mb, micro_steps):
-    """ZeRO-2 for each bucket cap; ``micro_steps`` backwards (gradient accumulation) per optimizer step."""
+    """ZeRO-2 for each bucket cap; ``micro_steps`` backwards (gradient accumulation) per
+    optimizer step."""
     rank, world = dist.get_rank(), dist.get_world_size()
     out = {}
     for cap in caps_mb:
         model = tiny_lm(config)
-        opt = ShardedGradOptimizer(param_groups(model, config), config["optimizer"], bucket_cap_mb=cap,
-                                   lr=config["lr"])
+        opt = ShardedGradOptimizer(
+            param_groups(model, config),
+            config["optimizer"],
+            bucket_cap_mb=cap,
+            lr=config["lr"],
+        )
         facts = []
         for tokens in token_batches(config):
             for micro in tokens.chunk(world)[rank].chunk(micro_steps):
                 (lm_loss(model, micro) / micro_steps).backward()
-                facts.append((all(p.grad is None for p in model.parameters()),  # no full gradient survives
-                              opt.reduce_scatters_in_backward))
+                facts.append(
+                    (
+                        all(
+                            p.grad is None for p in model.parameters()
+                        ),  # no full gradient survives
+                        opt.reduce_scatters_in_backward,
+                    )
+                )
             shard_numel = sum(b.grad_shard.numel() for b in opt.buckets)
             opt.step()
             opt.zero_grad()
-        out[cap] = {"params": {n: p.detach().clone() for n, p in model.named_parameters()},
-                    "buckets": len(opt.buckets), "facts": facts, "shard_numel": shard_numel,
-                    "padded_numel": sum(b.numel for b in opt.buckets)}
+        out[cap] = {
+            "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+            "buckets": len(opt.buckets),
+            "facts": facts,
+            "shard_numel": shard_numel,
+            "padded_numel": sum(b.numel for b in opt.buckets),
+        }
     return out
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_equals_single_process_for_any_bucket_cap(world):
-    """Tied and frozen parameters; one bucket per parameter, several buckets, one bucket."""
+    """Tied and frozen parameters; one bucket per parameter, several buckets, one
+    bucket."""
     reference = train_single(CHECK)
     caps = [0.0, CHECK["bucket_cap_mb"], 25.0]
     for result in run_ranks(_train, world, args=(CHECK, caps, 1), timeout_s=180):
-        assert result[0.0]["buckets"] == sum(1 for p in tiny_lm(CHECK).parameters() if p.requires_grad)
+        assert result[0.0]["buckets"] == sum(
+            1 for p in tiny_lm(CHECK).parameters() if p.requires_grad
+        )
         assert 1 < result[CHECK["bucket_cap_mb"]]["buckets"] < result[0.0]["buckets"]
         assert result[25.0]["buckets"] == 1
         for cap in caps:
             assert max_param_diff(result[cap]["params"], reference) < TOL, cap
-            # Every bucket's reduce-scatter started from a gradient hook, during the backward.
-            assert all(freed and launched == result[cap]["buckets"] for freed, launched in result[cap]["facts"])
-            assert result[cap]["shard_numel"] * world == result[cap]["padded_numel"]  # 1/N of the gradients
+            # Every bucket's reduce-scatter started from a gradient hook, during the
+            # backward.
+            assert all(
+                freed and launched == result[cap]["buckets"]
+                for freed, launched in result[cap]["facts"]
+            )
+            assert (
+                result[cap]["shard_numel"] * world == result[cap]["padded_numel"]
+            )  # 1/N of the gradients
 
 
 def test_gradient_accumulation_equals_one_big_batch():
-    """Two backwards per step (each half of the rank's share, loss halved) add up in the shards."""
+    """Two backwards per step (each half of the rank's share, loss halved) add up in the
+    shards."""
     reference = train_single(CHECK)
-    for result in run_ranks(_train, 2, args=(CHECK, [CHECK["bucket_cap_mb"]], 2), timeout_s=120):
+    for result in run_ranks(
+        _train, 2, args=(CHECK, [CHECK["bucket_cap_mb"]], 2), timeout_s=120
+    ):
         assert max_param_diff(result[CHECK["bucket_cap_mb"]]["params"], reference) < TOL
 
 
 def test_bad_bucket_cap_names_the_fix():
     with pytest.raises(ValueError, match="one bucket per parameter"):
-        ShardedGradOptimizer([torch.nn.Parameter(torch.zeros(2))], torch.optim.Adam, bucket_cap_mb=-1)
+        ShardedGradOptimizer(
+            [torch.nn.Parameter(torch.zeros(2))], torch.optim.Adam, bucket_cap_mb=-1
+        )

@@ -1,29 +1,48 @@
-"""ZeRO-3 (ShardedModel) on real gloo groups: equal to one process and to PyTorch's FSDP; only shards survive."""
+"""ZeRO-3 (ShardedModel) on real gloo groups: equal to one process and to PyTorch's
+FSDP; only shards survive."""
 
 import pytest
 import torch
 import torch.distributed as dist
 
 from mylib import run_ranks
+from mylib.experiments.common import max_param_diff
+from mylib.experiments.zero_check import (
+    CHECK,
+    lm_loss,
+    param_groups,
+    tiny_lm,
+    token_batches,
+    train_setups,
+    train_single,
+)
 from mylib.zero3 import ShardedModel
-from mylib.experiments.zero_check import (CHECK, token_batches, lm_loss, tiny_lm, max_param_diff, param_groups, train_setups,
-                              train_single)
 
 TOL = 1e-6  # float32, 10 steps of AdamW
 
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_equals_single_process_and_pytorch_fsdp(world):
-    """Tied and frozen parameters, two parameter groups, a unit per block; with and without prefetch."""
+    """Tied and frozen parameters, two parameter groups, a unit per block; with and
+    without prefetch."""
     reference = train_single(CHECK)
     setups = ["zero3", "zero3-prefetch", "torch-fsdp"]
     results = run_ranks(train_setups, world, args=(setups, CHECK), timeout_s=240)
     for result in results:
         for setup in setups:
             assert max_param_diff(result[setup]["params"], reference) < TOL, setup
-        assert max_param_diff(result["zero3"]["params"], result["torch-fsdp"]["params"]) < TOL
-        assert max_param_diff(result["zero3"]["params"], result["zero3-prefetch"]["params"]) == 0  # same arithmetic
-        # Same shards as FSDP: 1/N of the parameters, of the gradients and of Adam's moments.
+        assert (
+            max_param_diff(result["zero3"]["params"], result["torch-fsdp"]["params"])
+            < TOL
+        )
+        assert (
+            max_param_diff(
+                result["zero3"]["params"], result["zero3-prefetch"]["params"]
+            )
+            == 0
+        )  # same arithmetic
+        # Same shards as FSDP: 1/N of the parameters, of the gradients and of Adam's
+        # moments.
         ours, theirs = result["zero3"]["held"], result["torch-fsdp"]["held"]
         for key in ("params", "grads", "optimizer"):
             assert ours[key] == pytest.approx(theirs[key], rel=0.02), key
@@ -39,16 +58,28 @@ def _facts(config, prefetch, micro_steps=1):
     for tokens in token_batches(config):
         for micro in tokens.chunk(world)[rank].chunk(micro_steps):
             (lm_loss(sharded, micro) / micro_steps).backward()
-            facts["freed"].append(sharded.gathered_bytes == 0 and all(
-                flat.full.untyped_storage().nbytes() == 0 and flat.full.grad is None
-                for unit in sharded.units for flat in unit.flats))
-            facts["grads_are_pieces"].append(all(
-                (p.grad is None) if not p.requires_grad else (p.grad.shape == p.shape and p.dim() == 1)
-                for p in model.parameters()))
+            facts["freed"].append(
+                sharded.gathered_bytes == 0
+                and all(
+                    flat.full.untyped_storage().nbytes() == 0 and flat.full.grad is None
+                    for unit in sharded.units
+                    for flat in unit.flats
+                )
+            )
+            facts["grads_are_pieces"].append(
+                all(
+                    (p.grad is None)
+                    if not p.requires_grad
+                    else (p.grad.shape == p.shape and p.dim() == 1)
+                    for p in model.parameters()
+                )
+            )
         opt.step()
         opt.zero_grad()
     facts["peak"] = sharded.peak_gathered_bytes
-    facts["unit_bytes"] = [sum(flat.full_bytes for flat in unit.flats) for unit in sharded.units]
+    facts["unit_bytes"] = [
+        sum(flat.full_bytes for flat in unit.flats) for unit in sharded.units
+    ]
     full = sharded.full_parameters()
     plain = tiny_lm(config)
     with torch.no_grad():
@@ -67,9 +98,12 @@ def test_only_shards_survive_and_at_most_one_or_two_units_are_whole(prefetch):
     for facts in run_ranks(_facts, 2, args=(CHECK, prefetch), timeout_s=120):
         assert all(facts["freed"]) and all(facts["grads_are_pieces"])
         root, *blocks = facts["unit_bytes"]
-        # The root unit (embedding + head, tied) stays whole through forward and backward; the blocks take turns.
+        # The root unit (embedding + head, tied) stays whole through forward and
+        # backward; the blocks take turns.
         assert facts["peak"] == root + (2 if prefetch else 1) * max(blocks)
-        assert facts["eval_diff"] < 1e-6 and facts["gathered_after_eval"] == 0  # no_grad forward: gather, free
+        assert (
+            facts["eval_diff"] < 1e-6 and facts["gathered_after_eval"] == 0
+        )  # no_grad forward: gather, free
         assert max_param_diff(facts["params"], reference) < TOL
 
 

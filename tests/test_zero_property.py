@@ -1,4 +1,5 @@
-"""Every ZeRO stage equals single-process training for varied shapes, world sizes and bucket caps.
+"""Every ZeRO stage equals single-process training for varied shapes, world sizes and
+bucket caps.
 
 In float64: tiny random models (a LayerNorm over two features, say) amplify
 float32 rounding into visible differences for *any* data-parallel run, PyTorch's
@@ -6,12 +7,17 @@ DDP included; the float32 claim is checked on the chapter's model in
 test_zero1/2/3.
 """
 
+import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-import torch
 
 from mylib import run_ranks
-from mylib.experiments.zero_check import CHECK, max_param_diff, train_setups, train_single
+from mylib.experiments.common import max_param_diff
+from mylib.experiments.zero_check import (
+    CHECK,
+    train_setups,
+    train_single,
+)
 
 TOL = 1e-9  # float64
 
@@ -27,13 +33,32 @@ TOL = 1e-9  # float64
     frozen=st.booleans(),
     tied=st.booleans(),
 )
-@example(world=1, vocab=7, dim=3, hidden=5, layers=1, cap_mb=25.0, frozen=True, tied=True)  # one rank: no sharding
-@example(world=3, vocab=5, dim=2, hidden=1, layers=2, cap_mb=0.0, frozen=False, tied=True)  # shards of padding only
-def test_all_stages_equal_single_process(world, vocab, dim, hidden, layers, cap_mb, frozen, tied):
-    config = dict(CHECK, vocab=vocab, dim=dim, hidden=hidden, layers=layers, bucket_cap_mb=cap_mb, frozen=frozen,
-                  tied=tied, batch=2 * world, steps=4, dtype=torch.float64)
+@example(
+    world=1, vocab=7, dim=3, hidden=5, layers=1, cap_mb=25.0, frozen=True, tied=True
+)  # one rank: no sharding
+@example(
+    world=3, vocab=5, dim=2, hidden=1, layers=2, cap_mb=0.0, frozen=False, tied=True
+)  # shards of padding only
+def test_all_stages_equal_single_process(
+    world, vocab, dim, hidden, layers, cap_mb, frozen, tied
+):
+    config = dict(
+        CHECK,
+        vocab=vocab,
+        dim=dim,
+        hidden=hidden,
+        layers=layers,
+        bucket_cap_mb=cap_mb,
+        frozen=frozen,
+        tied=tied,
+        batch=2 * world,
+        steps=4,
+        dtype=torch.float64,
+    )
     reference = train_single(config)
     setups = ["zero1", "zero2", "zero3-prefetch"]
-    for result in run_ranks(train_setups, world, args=(setups, config), timeout_s=240, show_output=False):
+    for result in run_ranks(
+        train_setups, world, args=(setups, config), timeout_s=240, show_output=False
+    ):
         for setup in setups:
             assert max_param_diff(result[setup]["params"], reference) < TOL, setup

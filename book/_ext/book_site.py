@@ -22,7 +22,8 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 # data-content_root on <html> is the relative path from this page to the site root.
 # Each module's assets resolve against the folder of its require.js URL: map the module
 # names so that every such folder is _static/widgets/ ('@jupyter-widgets/controls' ->
-# _static/widgets/controls.js; '.../html-manager/dist/libembed-amd' -> _static/widgets/libembed-amd.js).
+# _static/widgets/controls.js; '.../html-manager/dist/libembed-amd' ->
+# _static/widgets/libembed-amd.js).
 REQUIREJS_CONFIG_JS = (
     "(function () { var w = new URL('_static/widgets', new URL(document.documentElement.dataset.content_root"
     " || './', document.baseURI)).href; window.require = {paths: {'@jupyter-widgets': w, "
@@ -40,12 +41,15 @@ def _script_key(script):
 def _is_widget_script(script):
     filename = str(getattr(script, "filename", script) or "")
     attributes = getattr(script, "attributes", None) or {}
-    return (filename.endswith(("widgets/require.js", "widgets/embed-amd.js"))
-            or attributes.get("type") == WIDGET_STATE)
+    return (
+        filename.endswith(("widgets/require.js", "widgets/embed-amd.js"))
+        or attributes.get("type") == WIDGET_STATE
+    )
 
 
 def drop_repeated_scripts(scripts):
-    """Keep the first of scripts that have the same file and attributes (inline body included)."""
+    """Keep the first of scripts that have the same file and attributes (inline body
+    included)."""
     seen, unique = set(), []
     for script in scripts:
         key = _script_key(script)
@@ -56,14 +60,17 @@ def drop_repeated_scripts(scripts):
 
 
 def fix_page_scripts(app, pagename, templatename, context, doctree):
-    """Runs after myst-nb added its scripts to the page (this handler's priority is later)."""
+    """Runs after myst-nb added its scripts to the page (this handler's priority is
+    later)."""
     scripts = context.get("script_files")
     if not scripts:
         return
     drop_repeated_scripts(scripts)
     if any(_is_widget_script(s) for s in scripts):
         if WIDGET_VIEW in context.get("body", ""):
-            app.add_js_file(None, body=REQUIREJS_CONFIG_JS, priority=450)  # before require.js (500)
+            app.add_js_file(
+                None, body=REQUIREJS_CONFIG_JS, priority=450
+            )  # before require.js (500)
         else:
             scripts[:] = [s for s in scripts if not _is_widget_script(s)]
 

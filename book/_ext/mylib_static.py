@@ -1,4 +1,5 @@
-"""Sphinx extension: ship mylib's standard-library modules with the site, for the interactive figures.
+"""Sphinx extension: ship mylib's standard-library modules with the site, for the
+interactive figures.
 
 The static site redraws figures with the book's own Python running in the
 page (Pyodide). This extension
@@ -26,7 +27,8 @@ MYLIB = os.path.join(ROOT, "mylib")
 
 
 def _browser_module():
-    # Load mylib/figures/browser.py by path: importing the mylib package would import torch.
+    # Load mylib/figures/browser.py by path: importing the mylib package would import
+    # torch.
     path = os.path.join(MYLIB, "figures", "browser.py")
     spec = importlib.util.spec_from_file_location("_mylib_browser", path)
     module = importlib.util.module_from_spec(spec)
@@ -49,8 +51,12 @@ def copy_mylib(app, exception):
         shutil.copy2(browser.module_path(name, MYLIB), target)
     # The browser's mylib is a bare package: its real __init__ imports torch.
     with open(os.path.join(dest, "__init__.py"), "w", encoding="utf-8") as f:
-        f.write('"""mylib in the browser: only its standard-library modules (copied by book/_ext/mylib_static.py)."""\n')
-    logger.info(f"mylib_static: copied {len(names)} mylib modules to _static/mylib: {', '.join(names)}")
+        f.write(
+            '"""mylib in the browser: only its standard-library modules (copied by book/_ext/mylib_static.py)."""\n'
+        )
+    logger.info(
+        f"mylib_static: copied {len(names)} mylib modules to _static/mylib: {', '.join(names)}"
+    )
 
 
 def setup(app):

@@ -34,13 +34,20 @@ PRACTICE = os.path.join(ROOT, "practice")
 PAGE = "book/practice"
 MARKER = "<!-- practice-exercises -->"
 # The judge's modules the browser needs (standard library only).
-BROWSER_JUDGE_FILES = ("__init__.py", "checking.py", "running.py", "loading.py", "browser.py")
+BROWSER_JUDGE_FILES = (
+    "__init__.py",
+    "checking.py",
+    "running.py",
+    "loading.py",
+    "browser.py",
+)
 
 
 def _catalog():
     if PRACTICE not in sys.path:
         sys.path.insert(0, PRACTICE)
     from _judge import catalog
+
     return catalog
 
 
@@ -52,66 +59,90 @@ def _chapter_doc(app, chapter):
 
 
 def _statement(ex):
-    """The README, without its title and the line about the practice page, its headings as rubrics."""
+    """The README, without its title and the line about the practice page, its headings
+    as rubrics."""
     with open(ex.path("README.md"), encoding="utf-8") as f:
         lines = f.read().splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
-    # Sub-headings become rubrics: visible, but not thirteen times three entries in the page's contents.
-    text = "\n".join(f":::{{rubric}} {line.lstrip('#').strip()}\n:::" if re.match(r"#{2,5} ", line) else line
-                     for line in lines)
+    # Sub-headings become rubrics: visible, but not thirteen times three entries in the
+    # page's contents.
+    text = "\n".join(
+        f":::{{rubric}} {line.lstrip('#').strip()}\n:::"
+        if re.match(r"#{2,5} ", line)
+        else line
+        for line in lines
+    )
     # On this page the reader is already where that sentence points.
-    text = re.sub(r"\n(This exercise needs|Needs) only Python:[^\n]*(\n[^\n]+)*", "\n", text)
+    text = re.sub(
+        r"\n(This exercise needs|Needs) only Python:[^\n]*(\n[^\n]+)*", "\n", text
+    )
     return text.strip()
 
 
 def _editor(ex):
     with open(ex.path("starter.py"), encoding="utf-8") as f:
         starter = f.read()
-    return "\n".join([
-        "```{raw} html",
-        f'<div class="practice-editor" data-exercise="{ex.id}" data-number="{ex.number}">',
-        f'<label class="practice-label" for="practice-code-{ex.number}">Your solution (kept in this browser)</label>',
-        f'<textarea id="practice-code-{ex.number}" class="practice-code" spellcheck="false" wrap="off" rows="18">'
-        f"{html.escape(starter)}</textarea>",
-        '<div class="practice-buttons">',
-        '<button type="button" class="practice-grade">Grade</button>',
-        '<button type="button" class="practice-hint">Hint</button>',
-        '<button type="button" class="practice-reset">Reset to the starter</button>',
-        '<span class="practice-status" aria-live="polite"></span>',
-        "</div>",
-        '<div class="practice-hints"></div>',
-        '<pre class="practice-result" aria-live="polite"></pre>',
-        "</div>",
-        "```",
-    ])
+    return "\n".join(
+        [
+            "```{raw} html",
+            f'<div class="practice-editor" data-exercise="{ex.id}" data-number="{ex.number}">',
+            f'<label class="practice-label" for="practice-code-{ex.number}">Your solution (kept in this browser)</label>',
+            f'<textarea id="practice-code-{ex.number}" class="practice-code" spellcheck="false" wrap="off" rows="18">'
+            f"{html.escape(starter)}</textarea>",
+            '<div class="practice-buttons">',
+            '<button type="button" class="practice-grade">Grade</button>',
+            '<button type="button" class="practice-hint">Hint</button>',
+            '<button type="button" class="practice-reset">Reset to the starter</button>',
+            '<span class="practice-status" aria-live="polite"></span>',
+            "</div>",
+            '<div class="practice-hints"></div>',
+            '<pre class="practice-result" aria-live="polite"></pre>',
+            "</div>",
+            "```",
+        ]
+    )
 
 
 def _local_note(ex):
-    return "\n".join([
-        ":::{admonition} Graded on your machine",
-        ":class: tip",
-        f"This exercise runs on several `torch.distributed` ranks, so the judge grades it locally: "
-        f"edit `practice/workspace/{ex.id}.py` (created from the starter on first use) and run "
-        f"`python practice/judge.py {ex.number}`. Hints: `python practice/judge.py hint {ex.number}`.",
-        ":::",
-    ])
+    return "\n".join(
+        [
+            ":::{admonition} Graded on your machine",
+            ":class: tip",
+            f"This exercise runs on several `torch.distributed` ranks, so the judge grades it locally: "
+            f"edit `practice/workspace/{ex.id}.py` (created from the starter on first use) and run "
+            f"`python practice/judge.py {ex.number}`. Hints: `python practice/judge.py hint {ex.number}`.",
+            ":::",
+        ]
+    )
 
 
 def render(app):
-    """The Markdown (MyST) that replaces the marker: a table, then one section per exercise."""
+    """The Markdown (MyST) that replaces the marker: a table, then one section per
+    exercise."""
     exercises = _catalog().load_exercises()
     out = ["| # | exercise | chapter | difficulty | graded |", "|---|---|---|---|---|"]
     for ex in exercises:
         where = "in this page or locally" if ex.browser else "locally (ranks)"
-        out.append(f"| {ex.number} | {{ref}}`{ex.title} <{ex.label}>` | {ex.chapter} | {ex.difficulty} | {where} |")
+        out.append(
+            f"| {ex.number} | {{ref}}`{ex.title} <{ex.label}>` | {ex.chapter} | {ex.difficulty} | {where} |"
+        )
     out.append("")
     for ex in exercises:
-        for name in ("README.md", "starter.py", "checks.py", "hints.md", "exercise.toml"):
+        for name in (
+            "README.md",
+            "starter.py",
+            "checks.py",
+            "hints.md",
+            "exercise.toml",
+        ):
             app.env.note_dependency(ex.path(name))
         doc = _chapter_doc(app, ex.chapter)
-        chapter = (f"{{doc}}`Chapter {ex.chapter}, {ex.chapter_title} </{doc}>`" if doc
-                   else f"Chapter {ex.chapter}, {ex.chapter_title}")
+        chapter = (
+            f"{{doc}}`Chapter {ex.chapter}, {ex.chapter_title} </{doc}>`"
+            if doc
+            else f"Chapter {ex.chapter}, {ex.chapter_title}"
+        )
         out += [
             f"({ex.label})=",
             f"## {ex.number} · {ex.title}",
@@ -152,17 +183,25 @@ def write_bundle(app, exception):
         for name in ("checks.py", "starter.py"):
             with open(ex.path(name), encoding="utf-8") as f:
                 files[name] = f.read()
-        bundle["exercises"][ex.id] = {"number": ex.number, "title": ex.title, "checks": files["checks.py"],
-                                      "starter": files["starter.py"], "hints": ex.hints()}
+        bundle["exercises"][ex.id] = {
+            "number": ex.number,
+            "title": ex.title,
+            "checks": files["checks.py"],
+            "starter": files["starter.py"],
+            "hints": ex.hints(),
+        }
     dest = os.path.join(app.outdir, "_static", "practice")
     os.makedirs(dest, exist_ok=True)
     with open(os.path.join(dest, "bundle.json"), "w", encoding="utf-8") as f:
         json.dump(bundle, f)
-    logger.info(f"practice_page: {len(bundle['exercises'])} exercises gradable in the browser")
+    logger.info(
+        f"practice_page: {len(bundle['exercises'])} exercises gradable in the browser"
+    )
 
 
 def always_reread(app, env, added, changed, removed):
-    """Re-read the practice page on every build: a new exercise folder is no file it depends on yet."""
+    """Re-read the practice page on every build: a new exercise folder is no file it
+    depends on yet."""
     return [PAGE] if PAGE in env.found_docs else []
 
 

@@ -40,16 +40,27 @@ def make_model(seed=0, dtype=torch.float64):
 
 
 def my_micro_batches(x, y, micro_steps):
-    """This rank's equal share of a global batch, cut into ``micro_steps`` equal micro-batches."""
+    """This rank's equal share of a global batch, cut into ``micro_steps`` equal
+    micro-batches."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if len(x) % (world * micro_steps):
-        raise ValueError(f"a global batch of {len(x)} rows does not split into {world} ranks x {micro_steps} "
-                         "equal micro-batches; equal shares are what make the average the whole-batch gradient")
-    return list(zip(x.chunk(world)[rank].chunk(micro_steps), y.chunk(world)[rank].chunk(micro_steps)))
+        raise ValueError(
+            f"a global batch of {len(x)} rows does not split into {world} ranks x {micro_steps} "
+            "equal micro-batches; equal shares are what make the average the whole-batch gradient"
+        )
+    return list(
+        zip(
+            x.chunk(world)[rank].chunk(micro_steps),
+            y.chunk(world)[rank].chunk(micro_steps),
+        )
+    )
 
 
-def accumulate(model, micro_batches, scaling="divide_loss", sync_every_micro_step=False):
-    """Backward over ``micro_batches`` for one optimizer step; afterwards ``p.grad`` is averaged over ranks.
+def accumulate(
+    model, micro_batches, scaling="divide_loss", sync_every_micro_step=False
+):
+    """Backward over ``micro_batches`` for one optimizer step; afterwards ``p.grad`` is
+    averaged over ranks.
 
     The first ``m - 1`` backward passes run inside ``model.no_sync()``
     (unless ``sync_every_micro_step``: then every one is all-reduced).
@@ -62,7 +73,8 @@ def accumulate(model, micro_batches, scaling="divide_loss", sync_every_micro_ste
     m = len(micro_batches)
     for i, (x, y) in enumerate(micro_batches):
         sync = sync_every_micro_step or i == m - 1
-        # The forward goes inside too: PyTorch's DDP decides at forward time whether the backward syncs.
+        # The forward goes inside too: PyTorch's DDP decides at forward time whether the
+        # backward syncs.
         with contextlib.nullcontext() if sync else model.no_sync():
             loss = F.mse_loss(model(x), y)
             if scaling == "divide_loss":
@@ -75,8 +87,14 @@ def accumulate(model, micro_batches, scaling="divide_loss", sync_every_micro_ste
             p.grad.div_(m)
 
 
-def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam", bucket_cap_mb=0.002,
-                            dtype=torch.float64):
+def accumulation_three_ways(
+    micro_steps,
+    steps=4,
+    micro_batch=2,
+    optimizer="adam",
+    bucket_cap_mb=0.002,
+    dtype=torch.float64,
+):
     """On every rank: ``steps`` optimizer steps three ways.
 
     MyDDP and PyTorch's DDP each take ``micro_steps`` micro-batches of
@@ -93,7 +111,9 @@ def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam
 
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = MyDDP(make_model(rank, dtype=dtype), bucket_cap_mb=bucket_cap_mb)
-    theirs = nn.parallel.DistributedDataParallel(make_model(rank, dtype=dtype), bucket_cap_mb=max(bucket_cap_mb, 1e-6))
+    theirs = nn.parallel.DistributedDataParallel(
+        make_model(rank, dtype=dtype), bucket_cap_mb=max(bucket_cap_mb, 1e-6)
+    )
     ddp_allreduces = []
 
     def counting_hook(state, bucket):  # PyTorch's default all-reduce, counted
@@ -102,10 +122,14 @@ def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam
 
     theirs.register_comm_hook(None, counting_hook)
     single = make_model(0, dtype=dtype)
-    make_opt = {"adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
-                "sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)}[optimizer]
+    make_opt = {
+        "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+        "sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    }[optimizer]
     opts = [make_opt(m.parameters()) for m in (mine, theirs, single)]
-    for x, y in global_batches(steps, micro_batch * micro_steps * world, SIZES, dtype=dtype):
+    for x, y in global_batches(
+        steps, micro_batch * micro_steps * world, SIZES, dtype=dtype
+    ):
         for model, opt in zip((mine, theirs, single), opts):
             opt.zero_grad()
             if model is single:
@@ -113,42 +137,65 @@ def accumulation_three_ways(micro_steps, steps=4, micro_batch=2, optimizer="adam
             else:
                 accumulate(model, my_micro_batches(x, y, micro_steps))
             opt.step()
-    out = {"vs_single": max_param_diff(mine.module, single), "vs_ddp": max_param_diff(mine.module, theirs.module),
-           "buckets": len(mine.buckets)}
-    ddp_allreduces.clear()  # one more accumulation each, counted (DDP rebuilds its buckets after step 1)
+    out = {
+        "vs_single": max_param_diff(mine.module, single),
+        "vs_ddp": max_param_diff(mine.module, theirs.module),
+        "buckets": len(mine.buckets),
+    }
+    # one more accumulation each, counted (DDP rebuilds its buckets after step 1)
+    ddp_allreduces.clear()
     with comm.count_bytes() as stats:
         accumulate(mine, my_micro_batches(x, y, micro_steps))
     accumulate(theirs, my_micro_batches(x, y, micro_steps))
-    out["my_allreduces"], out["ddp_allreduces"] = stats.calls["all_reduce"], len(ddp_allreduces)
+    out["my_allreduces"], out["ddp_allreduces"] = (
+        stats.calls["all_reduce"],
+        len(ddp_allreduces),
+    )
     return out
 
 
 def bytes_per_optimizer_step(micro_steps, bucket_cap_mb=0.002, micro_batch=2):
-    """On every rank: bytes sent and all-reduces per optimizer step, with and without no_sync.
+    """On every rank: bytes sent and all-reduces per optimizer step, with and without
+    no_sync.
 
     Returns a dict: ``grad_bytes``, ``buckets``, and for ``no_sync`` and
     ``every_micro_step`` the bytes sent, the all-reduce calls, and the
     largest difference of the averaged gradient from the whole-batch one.
     """
     world = dist.get_world_size()
-    (x, y), = global_batches(1, micro_batch * micro_steps * world, SIZES, dtype=torch.float64)
+    ((x, y),) = global_batches(
+        1, micro_batch * micro_steps * world, SIZES, dtype=torch.float64
+    )
     single = make_model(0)
     F.mse_loss(single(x), y).backward()
     out = {}
     for mode in ("no_sync", "every_micro_step"):
         model = MyDDP(make_model(0), bucket_cap_mb=bucket_cap_mb)
         with comm.count_bytes() as stats:
-            accumulate(model, my_micro_batches(x, y, micro_steps), sync_every_micro_step=mode != "no_sync")
-        grad_diff = max((p.grad - q.grad).abs().max().item() for p, q in zip(model.module.parameters(),
-                                                                               single.parameters()))
-        out[mode] = {"bytes": stats.by_op["all_reduce"], "allreduces": stats.calls["all_reduce"],
-                     "grad_diff": grad_diff}
-        out["grad_bytes"], out["buckets"] = sum(b.nbytes for b in model.buckets), len(model.buckets)
+            accumulate(
+                model,
+                my_micro_batches(x, y, micro_steps),
+                sync_every_micro_step=mode != "no_sync",
+            )
+        grad_diff = max(
+            (p.grad - q.grad).abs().max().item()
+            for p, q in zip(model.module.parameters(), single.parameters())
+        )
+        out[mode] = {
+            "bytes": stats.by_op["all_reduce"],
+            "allreduces": stats.calls["all_reduce"],
+            "grad_diff": grad_diff,
+        }
+        out["grad_bytes"], out["buckets"] = (
+            sum(b.nbytes for b in model.buckets),
+            len(model.buckets),
+        )
     return out
 
 
 def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
-    """On every rank: each scaling's gradient against the whole batch's, and where SGD and Adam end up.
+    """On every rank: each scaling's gradient against the whole batch's, and where SGD
+    and Adam end up.
 
     Returns ``{scaling: {"grad_ratio", "grad_diff", "sgd_diff", "adam_diff"}}``:
     the ratio of gradient norms (accumulated / whole batch) and the largest
@@ -157,12 +204,16 @@ def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
     Adam.
     """
     world = dist.get_world_size()
-    batches = global_batches(steps, micro_batch * micro_steps * world, SIZES, dtype=torch.float64)
+    batches = global_batches(
+        steps, micro_batch * micro_steps * world, SIZES, dtype=torch.float64
+    )
     out = {}
     for scaling in SCALINGS:
         row = {}
-        for name, make_opt in (("sgd", lambda ps: torch.optim.SGD(ps, lr=0.05)),
-                               ("adam", lambda ps: torch.optim.Adam(ps, lr=0.01))):
+        for name, make_opt in (
+            ("sgd", lambda ps: torch.optim.SGD(ps, lr=0.05)),
+            ("adam", lambda ps: torch.optim.Adam(ps, lr=0.01)),
+        ):
             model, single = MyDDP(make_model(0)), make_model(0)
             opt, opt1 = make_opt(model.parameters()), make_opt(single.parameters())
             for step, (x, y) in enumerate(batches):
@@ -171,7 +222,9 @@ def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
                 accumulate(model, my_micro_batches(x, y, micro_steps), scaling=scaling)
                 F.mse_loss(single(x), y).backward()
                 if step == 0 and name == "sgd":
-                    mine = torch.cat([p.grad.flatten() for p in model.module.parameters()])
+                    mine = torch.cat(
+                        [p.grad.flatten() for p in model.module.parameters()]
+                    )
                     whole = torch.cat([p.grad.flatten() for p in single.parameters()])
                     row["grad_ratio"] = (mine.norm() / whole.norm()).item()
                     row["grad_diff"] = (mine - whole).abs().max().item()

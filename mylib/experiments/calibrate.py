@@ -1,18 +1,21 @@
-"""Model against measurement: calibrate the timeline model on this machine, trace real MyDDP steps.
+"""Model against measurement: calibrate the timeline model on this machine, trace real
+MyDDP steps.
 
 :func:`trace_caps` runs on every rank (inside :func:`mylib.run_ranks`), in
 rounds. Each round first measures the model's inputs, then runs one MyDDP
 step per bucket cap, so that a model and the steps it predicts are measured
 within the same second (on a shared machine the speed drifts between rounds):
 
-1. each layer's backward alone, with no communication (:func:`mylib.tracer.time_layers`);
-2. all-reduces of the sizes the buckets can have, from 4 KB to the whole
-   model, and alpha and beta fitted to them (:func:`link_sizes_for`,
-   :func:`mylib.experiments.commbench.time_all_reduce`, :func:`mylib.models.costmodel.alpha_beta_from_ends`);
-3. how much compute and communication slow each other down when they run
-   together (:func:`measure_contention`);
-4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its
-   own copy of the model wrapped in MyDDP.
+1. each layer's backward alone, with no communication
+   (:func:`mylib.tracer.time_layers`);
+2. all-reduces of the sizes the buckets can have, from 4 KB to the whole model, and
+   alpha and beta fitted to them (:func:`link_sizes_for`,
+   :func:`mylib.experiments.commbench.time_all_reduce`,
+   :func:`mylib.models.costmodel.alpha_beta_from_ends`);
+3. how much compute and communication slow each other down when they run together
+   (:func:`measure_contention`);
+4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its own copy of
+   the model wrapped in MyDDP.
 
 :func:`compare` feeds each round's inputs to the model (:mod:`mylib.models.timeline`)
 and sets its step time against that round's measured step. Both sides are
@@ -27,19 +30,23 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mylib.ddp import MyDDP
+from mylib.experiments.commbench import time_all_reduce
+from mylib.experiments.common import mlp
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
-from mylib.experiments.commbench import time_all_reduce
 from mylib.models.costmodel import alpha_beta_from_ends
-from mylib.ddp import MyDDP
-from mylib.experiments.common import mlp
 from mylib.tracer import Tracer, time_layers
 
-ALL_AT_END = "all at end"  # a cap meaning: one bucket, launched when the backward is over
+ALL_AT_END = (
+    "all at end"  # a cap meaning: one bucket, launched when the backward is over
+)
 
 
 def _gradient_bytes(model):
-    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return sum(
+        p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
+    )
 
 
 def _ddp_for(model, cap):
@@ -50,7 +57,8 @@ def _ddp_for(model, cap):
 
 
 def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
-    """On every rank: how much a backward and all-reduces slow each other down when they run together.
+    """On every rank: how much a backward and all-reduces slow each other down when they
+    run together.
 
     Runs the backward alone (``C`` seconds), ``k`` all-reduces of ``nbytes``
     queued back to back alone (``M`` seconds, ``k`` chosen so that ``M`` is
@@ -82,7 +90,8 @@ def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
     dist.all_reduce(k, op=dist.ReduceOp.MAX)
     k = int(k.item())
 
-    def all_reduces_alone():  # the same k all-reduces, queued back to back as below, with no compute
+    # the same k all-reduces, queued back to back as below, with no compute
+    def all_reduces_alone():
         dist.barrier()
         start = time.perf_counter()
         for work in [dist.all_reduce(tensor, async_op=True) for _ in range(k)]:
@@ -103,7 +112,9 @@ def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
         comm_end = time.perf_counter() - start
         if compute_end >= comm_end:  # the all-reduces ran alongside compute all along
             s = comm_end / comm_s
-            alone = compute_end - comm_end  # compute's time alone did that much of its work
+            alone = (
+                compute_end - comm_end
+            )  # compute's time alone did that much of its work
             c = comm_end / (compute_s - alone) if compute_s > alone else 1.0
         else:  # compute ran alongside the all-reduces all along
             c = compute_end / compute_s
@@ -124,21 +135,36 @@ def slowest_rank_layers(model, forward, repeats=5):
     backward took longest, and each layer's time is its median over those:
     a typical step's slowest rank.
     """
+
     def lined_up_forward():
         dist.barrier()
         return forward()
 
-    runs = time_layers(model, lined_up_forward, repeats=repeats, warmup=0, statistic="runs")
+    runs = time_layers(
+        model, lined_up_forward, repeats=repeats, warmup=0, statistic="runs"
+    )
     every_rank = [None] * dist.get_world_size()
     dist.all_gather_object(every_rank, runs)
-    slowest = [max((rank_runs[i] for rank_runs in every_rank), key=lambda run: sum(l.backward_s for l in run))
-               for i in range(repeats)]
-    return [tl.Layer(layer.name, statistics.median(run[k].backward_s for run in slowest), layer.param_bytes)
-            for k, layer in enumerate(slowest[0])]
+    slowest = [
+        max(
+            (rank_runs[i] for rank_runs in every_rank),
+            key=lambda run: sum(l.backward_s for l in run),
+        )
+        for i in range(repeats)
+    ]
+    return [
+        tl.Layer(
+            layer.name,
+            statistics.median(run[k].backward_s for run in slowest),
+            layer.param_bytes,
+        )
+        for k, layer in enumerate(slowest[0])
+    ]
 
 
 def link_sizes_for(model):
-    """All-reduce sizes to calibrate the link on: powers of two from 4 KB to the model's gradient bytes.
+    """All-reduce sizes to calibrate the link on: powers of two from 4 KB to the model's
+    gradient bytes.
 
     A bucket holds anything from one bias to the whole model, so the link is
     measured over that whole range, and no further: on a CPU the time per
@@ -146,17 +172,21 @@ def link_sizes_for(model):
     to sizes the step never sends would be wrong where the step spends its
     time.
     """
-    return [2 ** k for k in range(12, max(14, _gradient_bytes(model).bit_length()))]  # at least two sizes, to fit two constants
+    return [
+        2**k for k in range(12, max(14, _gradient_bytes(model).bit_length()))
+    ]  # at least two sizes, to fit two constants
 
 
 def _average(tensor):
-    """What MyDDP's default hook does to a bucket: divide by the world size, then all-reduce."""
+    """What MyDDP's default hook does to a bucket: divide by the world size, then
+    all-reduce."""
     tensor.div_(dist.get_world_size())
     dist.all_reduce(tensor)
 
 
 def calibration_round(model, forward, link_sizes=None):
-    """The model's inputs, measured now on every rank: layers, alpha and beta, contention.
+    """The model's inputs, measured now on every rank: layers, alpha and beta,
+    contention.
 
     Every quantity is the median of a few runs: a typical run, as the traced
     steps are (on an idle machine it is also the fastest). A step waits for
@@ -171,22 +201,36 @@ def calibration_round(model, forward, link_sizes=None):
     """
     link_sizes = link_sizes_for(model) if link_sizes is None else link_sizes
     layers = slowest_rank_layers(model, forward, repeats=5)
-    seconds = time_all_reduce(link_sizes, repeats=3, warmup=0, statistic="median", all_reduce=_average)
+    seconds = time_all_reduce(
+        link_sizes, repeats=3, warmup=0, statistic="median", all_reduce=_average
+    )
     fit = alpha_beta_from_ends(link_sizes, seconds, world_size=dist.get_world_size())
     bucket_like = max(layer.nbytes for layer in layers) // 4 * 4
-    comm_stretch, compute_stretch = measure_contention(forward, model.parameters(), bucket_like, repeats=3)
-    return {"layers": layers, "alpha_s": fit.alpha, "bandwidth": fit.beta, "fit_error": fit.median_relative_error,
-            "link_sizes": list(link_sizes), "link_seconds": list(seconds),
-            "comm_stretch": comm_stretch, "compute_stretch": compute_stretch, "world_size": dist.get_world_size()}
+    comm_stretch, compute_stretch = measure_contention(
+        forward, model.parameters(), bucket_like, repeats=3
+    )
+    return {
+        "layers": layers,
+        "alpha_s": fit.alpha,
+        "bandwidth": fit.beta,
+        "fit_error": fit.median_relative_error,
+        "link_sizes": list(link_sizes),
+        "link_seconds": list(seconds),
+        "comm_stretch": comm_stretch,
+        "compute_stretch": compute_stretch,
+        "world_size": dist.get_world_size(),
+    }
 
 
 def traced_step(ddp, forward, tracer, name):
-    """One MyDDP step (forward, backward, finish_gradient_sync) and its measured Timeline, from backward start."""
+    """One MyDDP step (forward, backward, finish_gradient_sync) and its measured
+    Timeline, from backward start."""
     for p in ddp.parameters():
         if p.grad is not None:
             p.grad.zero_()  # in place: .grad stays a view of its bucket
     loss = forward()
-    dist.barrier()  # the ranks start the backward together, as in a steady training loop
+    # the ranks start the backward together, as in a steady training loop
+    dist.barrier()
     tracer.clear()
     tracer.mark("backward")
     loss.backward()
@@ -195,7 +239,8 @@ def traced_step(ddp, forward, tracer, name):
 
 
 def trace_caps(model, batch, caps_mb, rounds=5, warmup=1, link_sizes=None):
-    """On every rank: ``rounds`` x (calibrate the model, trace one MyDDP step per cap). Rank 0's results.
+    """On every rank: ``rounds`` x (calibrate the model, trace one MyDDP step per cap).
+    Rank 0's results.
 
     ``model`` is the same module on every rank and ``batch`` this rank's
     ``(x, y)`` for a mean-squared-error loss. Returns ``{"caps": caps_mb,
@@ -210,8 +255,15 @@ def trace_caps(model, batch, caps_mb, rounds=5, warmup=1, link_sizes=None):
     results = []
     for r in range(warmup + rounds):
         calibration = calibration_round(model, lambda: loss_fn(model(x), y), link_sizes)
-        measured = {cap: traced_step(ddp, lambda ddp=ddp: loss_fn(ddp(x), y), tracer, f"measured, cap {cap_label(cap)}")
-                    for cap, ddp in wrapped.items()}
+        measured = {
+            cap: traced_step(
+                ddp,
+                lambda ddp=ddp: loss_fn(ddp(x), y),
+                tracer,
+                f"measured, cap {cap_label(cap)}",
+            )
+            for cap, ddp in wrapped.items()
+        }
         if r >= warmup:
             results.append({"calibration": calibration, "measured": measured})
     return {"caps": list(caps_mb), "rounds": results}
@@ -225,9 +277,19 @@ def cap_label(cap):
 
 
 def model_for(calibration, cap, contention=True):
-    """The model's Timeline for ``cap`` from one round's calibration (``contention=False``: stretches of 1)."""
-    stretch = (calibration["comm_stretch"], calibration["compute_stretch"]) if contention else (1.0, 1.0)
-    link = tl.Link(calibration["world_size"], calibration["alpha_s"], calibration["bandwidth"], *stretch)
+    """The model's Timeline for ``cap`` from one round's calibration
+    (``contention=False``: stretches of 1)."""
+    stretch = (
+        (calibration["comm_stretch"], calibration["compute_stretch"])
+        if contention
+        else (1.0, 1.0)
+    )
+    link = tl.Link(
+        calibration["world_size"],
+        calibration["alpha_s"],
+        calibration["bandwidth"],
+        *stretch,
+    )
     name = f"model, cap {cap_label(cap)}" + ("" if contention else ", no contention")
     if cap == ALL_AT_END:
         return tl.all_at_end(calibration["layers"], link, name=name)
@@ -235,25 +297,36 @@ def model_for(calibration, cap, contention=True):
 
 
 def compare(result, contention=True):
-    """Per cap, medians over rounds: model step, measured step, relative error; and each side's best cap.
+    """Per cap, medians over rounds: model step, measured step, relative error; and each
+    side's best cap.
 
     The error of a round is (model - measured) / measured, the model fed with
     that round's own calibration.
     """
     rows = []
     for cap in result["caps"]:
-        model_s = [model_for(r["calibration"], cap, contention).step_s for r in result["rounds"]]
+        model_s = [
+            model_for(r["calibration"], cap, contention).step_s
+            for r in result["rounds"]
+        ]
         measured_s = [r["measured"][cap].step_s for r in result["rounds"]]
         errors = [(m - s) / s for m, s in zip(model_s, measured_s)]
-        rows.append({"cap": cap, "model_s": statistics.median(model_s), "measured_s": statistics.median(measured_s),
-                     "error": statistics.median(errors)})
+        rows.append(
+            {
+                "cap": cap,
+                "model_s": statistics.median(model_s),
+                "measured_s": statistics.median(measured_s),
+                "error": statistics.median(errors),
+            }
+        )
     best_model = min(rows, key=lambda r: r["model_s"])["cap"]
     best_measured = min(rows, key=lambda r: r["measured_s"])["cap"]
     return rows, best_model, best_measured
 
 
 def cost_of_model_choice(rows, best_model, best_measured):
-    """How much longer the measured step is at the model's best cap than at the measured best (0: same cap).
+    """How much longer the measured step is at the model's best cap than at the measured
+    best (0: same cap).
 
     When several caps are within noise of each other, the two best caps can
     differ while the model's choice costs next to nothing: this says which.
@@ -263,20 +336,27 @@ def cost_of_model_choice(rows, best_model, best_measured):
 
 
 def backward_spread(result):
-    """``(min, median, max)`` of the calibrated backward time over rounds: how steady the machine was."""
-    totals = sorted(sum(layer.backward_s for layer in r["calibration"]["layers"]) for r in result["rounds"])
+    """``(min, median, max)`` of the calibrated backward time over rounds: how steady
+    the machine was."""
+    totals = sorted(
+        sum(layer.backward_s for layer in r["calibration"]["layers"])
+        for r in result["rounds"]
+    )
     return totals[0], statistics.median(totals), totals[-1]
 
 
 def typical_round(result):
     """The round whose total measured time is the median: the one to draw."""
-    totals = sorted(range(len(result["rounds"])),
-                    key=lambda i: sum(t.step_s for t in result["rounds"][i]["measured"].values()))
+    totals = sorted(
+        range(len(result["rounds"])),
+        key=lambda i: sum(t.step_s for t in result["rounds"][i]["measured"].values()),
+    )
     return result["rounds"][totals[len(totals) // 2]]
 
 
 def experiment(caps_mb, n_layers=8, width=1024, batch_size=64, rounds=5, warmup=1):
-    """The chapter's and the benchmark's run, on every rank: an MLP, this rank's batch, :func:`trace_caps`."""
+    """The chapter's and the benchmark's run, on every rank: an MLP, this rank's batch,
+    :func:`trace_caps`."""
     model = mlp([width] * (n_layers + 1))
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     x = torch.randn(batch_size, width, generator=generator)

@@ -25,8 +25,9 @@ import time
 import torch
 import torch.distributed as dist
 
-# 4 bytes to 32 MB, in factors of 2: from the latency-bound end to the bandwidth-bound end.
-DEFAULT_SIZES = [2 ** k for k in range(2, 26)]
+# 4 bytes to 32 MB, in factors of 2: from the latency-bound end to the bandwidth-bound
+# end.
+DEFAULT_SIZES = [2**k for k in range(2, 26)]
 
 _STATISTICS = {"min": min, "median": statistics.median}
 
@@ -39,7 +40,9 @@ def ping_pong(sizes_bytes=DEFAULT_SIZES, repeats=5, warmup=2, statistic="min"):
     """
     rank, n = dist.get_rank(), dist.get_world_size()
     if n < 2:
-        raise ValueError("ping_pong needs at least 2 ranks: run it with run_ranks(fn, world_size=2)")
+        raise ValueError(
+            "ping_pong needs at least 2 ranks: run it with run_ranks(fn, world_size=2)"
+        )
     reduce = _statistic(statistic)
     _check_sizes(sizes_bytes, 1)
     results = []
@@ -61,8 +64,11 @@ def ping_pong(sizes_bytes=DEFAULT_SIZES, repeats=5, warmup=2, statistic="min"):
     return _from_rank0(results)
 
 
-def time_all_reduce(sizes_bytes=DEFAULT_SIZES, repeats=5, warmup=2, all_reduce=None, statistic="min"):
-    """Seconds of an all-reduce of a float32 tensor of each size; every rank of the group calls it.
+def time_all_reduce(
+    sizes_bytes=DEFAULT_SIZES, repeats=5, warmup=2, all_reduce=None, statistic="min"
+):
+    """Seconds of an all-reduce of a float32 tensor of each size; every rank of the
+    group calls it.
 
     ``all_reduce(tensor)`` defaults to ``dist.all_reduce``. Ranks line up
     at a barrier before each run, and a run lasts until the slowest rank is
@@ -84,7 +90,9 @@ def time_all_reduce(sizes_bytes=DEFAULT_SIZES, repeats=5, warmup=2, all_reduce=N
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
             if i >= warmup:
                 times.append(elapsed.item())
-            tensor.fill_(1.0)  # keep the values small: repeated sums would overflow to inf
+            tensor.fill_(
+                1.0
+            )  # keep the values small: repeated sums would overflow to inf
         results.append(reduce(times))
     return results
 
@@ -98,7 +106,9 @@ def _from_rank0(values):
 
 def _statistic(name):
     if name not in _STATISTICS:
-        raise ValueError(f"statistic must be one of {sorted(_STATISTICS)}, got {name!r}")
+        raise ValueError(
+            f"statistic must be one of {sorted(_STATISTICS)}, got {name!r}"
+        )
     return _STATISTICS[name]
 
 
@@ -107,4 +117,6 @@ def _check_sizes(sizes_bytes, multiple):
         raise ValueError("give at least one message size")
     for size in sizes_bytes:
         if not isinstance(size, int) or size < multiple or size % multiple:
-            raise ValueError(f"sizes must be positive ints, multiples of {multiple} bytes; got {size!r}")
+            raise ValueError(
+                f"sizes must be positive ints, multiples of {multiple} bytes; got {size!r}"
+            )

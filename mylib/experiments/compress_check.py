@@ -1,4 +1,5 @@
-"""The checks of chapter 5: mylib's compression hooks against PyTorch's, and their properties.
+"""The checks of chapter 5: mylib's compression hooks against PyTorch's, and their
+properties.
 
 Chapter 5 and ``tests/test_comm_hooks.py`` / ``tests/test_powersgd.py`` run
 these functions, so what the book shows is what CI asserts. They run on
@@ -31,29 +32,44 @@ from mylib.powersgd import PowerSGDState, powersgd_hook
 def _torch_hook(name, **powersgd):
     """PyTorch's own hook and its state, for ``name`` in fp16, bf16, powersgd."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
+    from torch.distributed.algorithms.ddp_comm_hooks import (
+        powerSGD_hook as torch_powersgd,
+    )
 
     if name == "powersgd":
-        return torch_powersgd.PowerSGDState(None, **powersgd), torch_powersgd.powerSGD_hook
+        return torch_powersgd.PowerSGDState(
+            None, **powersgd
+        ), torch_powersgd.powerSGD_hook
     hook = getattr(default_hooks, f"{name}_compress_hook")
 
-    # DDP refuses a function *named* bf16_compress_hook unless NCCL >= 2.10 is there; gloo sums bf16
+    # DDP refuses a function *named* bf16_compress_hook unless NCCL >= 2.10 is there;
+    # gloo sums bf16
     # fine, so DDP gets PyTorch's very function under another name.
     def pytorch_hook(state, bucket):
         return hook(state, bucket)
+
     return None, pytorch_hook
 
 
 def my_hook(name, **powersgd):
-    """mylib's hook and its state, for ``name`` in fp16, bf16, powersgd (``powersgd``: PowerSGDState's settings)."""
+    """mylib's hook and its state, for ``name`` in fp16, bf16, powersgd (``powersgd``:
+    PowerSGDState's settings)."""
     if name == "powersgd":
         return PowerSGDState(None, **powersgd), powersgd_hook
     return None, HOOKS[name]
 
 
-def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, bucket_cap_mb=25.0, lr=0.1,
-                          **powersgd):
-    """On every rank: MyDDP + mylib's hook vs DDP + PyTorch's hook vs MyDDP + PyTorch's hook (SGD, float32).
+def hooks_against_pytorch(
+    name,
+    steps=5,
+    sizes=(12, 32, 32, 6),
+    per_rank=4,
+    bucket_cap_mb=25.0,
+    lr=0.1,
+    **powersgd,
+):
+    """On every rank: MyDDP + mylib's hook vs DDP + PyTorch's hook vs MyDDP + PyTorch's
+    hook (SGD, float32).
 
     ``name`` is fp16, bf16 or powersgd (``powersgd`` are PowerSGDState's
     settings, the same for both). Returns rank 0's view: the largest
@@ -70,8 +86,13 @@ def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, buck
     roundings of the wire format.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine, plain = MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb), MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb)
-    theirs = nn.parallel.DistributedDataParallel(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb)
+    mine, plain = (
+        MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb),
+        MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb),
+    )
+    theirs = nn.parallel.DistributedDataParallel(
+        mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb
+    )
     borrowed = MyDDP(mlp(sizes, seed=rank), bucket_cap_mb=bucket_cap_mb)
     mine.register_comm_hook(*my_hook(name, **powersgd))
     theirs.register_comm_hook(*_torch_hook(name, **powersgd))
@@ -79,12 +100,23 @@ def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, buck
     models = [mine, theirs, borrowed, plain]
     opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in models]
     g = torch.Generator().manual_seed(1)
-    out = {"vs_ddp": [], "vs_torch_hook_on_myddp": [], "bytes": [], "fp32_bytes": [], "rounding_units": None,
-           "ddp_rounding_units": None}
+    out = {
+        "vs_ddp": [],
+        "vs_torch_hook_on_myddp": [],
+        "bytes": [],
+        "fp32_bytes": [],
+        "rounding_units": None,
+        "ddp_rounding_units": None,
+    }
     for step in range(steps):
-        x, y = torch.randn(per_rank * world, sizes[0], generator=g), torch.randn(per_rank * world, sizes[-1], generator=g)
+        x, y = (
+            torch.randn(per_rank * world, sizes[0], generator=g),
+            torch.randn(per_rank * world, sizes[-1], generator=g),
+        )
         xs, ys = x.chunk(world)[rank], y.chunk(world)[rank]
-        if step == 0 and name in WIRE_DTYPES:  # every rank's own gradient, for the exact average
+        if (
+            step == 0 and name in WIRE_DTYPES
+        ):  # every rank's own gradient, for the exact average
             local = mlp(sizes, seed=0)
             local.load_state_dict(mine.module.state_dict())
             F.mse_loss(local(xs), ys).backward()
@@ -102,29 +134,45 @@ def hooks_against_pytorch(name, steps=5, sizes=(12, 32, 32, 6), per_rank=4, buck
             if model is plain:
                 out["fp32_bytes"].append(stats.bytes_sent)
             if step == 0 and model in (mine, theirs) and name in WIRE_DTYPES:
-                averaged = torch.cat([p.grad.flatten() for p in model.module.parameters()])
+                averaged = torch.cat(
+                    [p.grad.flatten() for p in model.module.parameters()]
+                )
                 key = "rounding_units" if model is mine else "ddp_rounding_units"
-                out[key] = rounding_error_in_units(averaged, everyone, WIRE_DTYPES[name])
+                out[key] = rounding_error_in_units(
+                    averaged, everyone, WIRE_DTYPES[name]
+                )
             opt.step()
         out["vs_ddp"].append(max_param_diff(mine.module, theirs.module))
-        out["vs_torch_hook_on_myddp"].append(max_param_diff(mine.module, borrowed.module))
+        out["vs_torch_hook_on_myddp"].append(
+            max_param_diff(mine.module, borrowed.module)
+        )
     return out
 
 
 def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
-    """On every rank: mylib's bf16 and PowerSGD hooks on PyTorch's DDP and on MyDDP, the same steps.
+    """On every rank: mylib's bf16 and PowerSGD hooks on PyTorch's DDP and on MyDDP, the
+    same steps.
 
     The contract is PyTorch's, so PyTorch's DDP runs mylib's hooks as they
     are. Returns the largest parameter difference between the two wrappers
     after ``steps`` SGD steps, per hook (one bucket each).
     """
     out = {}
-    for name, settings in (("bf16", {}), ("powersgd", dict(matrix_approximation_rank=2, start_powerSGD_iter=2))):
-        models = [nn.parallel.DistributedDataParallel(mlp(sizes, seed=0)), MyDDP(mlp(sizes, seed=0))]
+    for name, settings in (
+        ("bf16", {}),
+        ("powersgd", dict(matrix_approximation_rank=2, start_powerSGD_iter=2)),
+    ):
+        models = [
+            nn.parallel.DistributedDataParallel(mlp(sizes, seed=0)),
+            MyDDP(mlp(sizes, seed=0)),
+        ]
         for model in models:
             state, hook = my_hook(name, **settings)
-            # DDP checks a hook's parameter names (state, bucket), and refuses one named bf16_compress_hook on gloo.
-            model.register_comm_hook(state, lambda state, bucket, hook=hook: hook(state, bucket))
+            # DDP checks a hook's parameter names (state, bucket), and refuses one named
+            # bf16_compress_hook on gloo.
+            model.register_comm_hook(
+                state, lambda state, bucket, hook=hook: hook(state, bucket)
+            )
         opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
         g = torch.Generator().manual_seed(dist.get_rank())
         for _ in range(steps):
@@ -140,13 +188,18 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
 
 
 def through_each_hook(scale):
-    """On every rank: a gradient of ``scale x (rank + 1)`` averaged by fp32, fp16 and bf16 hooks (one number each).
+    """On every rank: a gradient of ``scale x (rank + 1)`` averaged by fp32, fp16 and
+    bf16 hooks (one number each).
 
     Shows the formats' ranges: fp16 flushes what is below its smallest
     subnormal (6e-8) to zero and overflows above 65504; bf16 has fp32's range.
     """
     out = {}
-    for name, hook in (("fp32", None), ("fp16", HOOKS["fp16"]), ("bf16", HOOKS["bf16"])):
+    for name, hook in (
+        ("fp32", None),
+        ("fp16", HOOKS["fp16"]),
+        ("bf16", HOOKS["bf16"]),
+    ):
         model = MyDDP(nn.Linear(3, 2, bias=False), bucket_cap_mb=0)
         if hook is not None:
             model.register_comm_hook(None, hook)
@@ -180,6 +233,10 @@ def error_feedback_ledger(steps=8, rank=1):
         model.finish_gradient_sync()
         local.load_state_dict(model.module.state_dict())
         local(x).pow(2).sum().backward()
-        applied = applied + model.buckets[0].flat.clone()  # the bucket holds bias, then weight (backward order)
+        applied = (
+            applied + model.buckets[0].flat.clone()
+        )  # the bucket holds bias, then weight (backward order)
         own = own + torch.cat([local.bias.grad, local.weight.grad.flatten()])
-    return (applied - (own - state.error_dict[0])).abs().max().item(), own.abs().max().item()
+    return (
+        applied - (own - state.error_dict[0])
+    ).abs().max().item(), own.abs().max().item()

@@ -1,4 +1,5 @@
-"""The classic data-parallel bugs, each a small run for :func:`mylib.run_ranks`, and its fix.
+"""The classic data-parallel bugs, each a small run for :func:`mylib.run_ranks`, and its
+fix.
 
 Chapter 8 reproduces every bug on a real gloo group and then fixes it; the
 tests run the very same functions. Each takes a switch between the buggy and
@@ -29,7 +30,11 @@ class BranchNet(nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.trunk, self.head, self.extra = nn.Linear(6, 8), nn.Linear(8, 3), nn.Linear(8, 3)
+        self.trunk, self.head, self.extra = (
+            nn.Linear(6, 8),
+            nn.Linear(8, 3),
+            nn.Linear(8, 3),
+        )
 
     def forward(self, x, use_extra=True):
         h = torch.tanh(self.trunk(x))
@@ -37,7 +42,8 @@ class BranchNet(nn.Module):
 
 
 class TiedNet(nn.Module):
-    """An embedding whose weight the output layer shares (as language models do), optionally untied."""
+    """An embedding whose weight the output layer shares (as language models do),
+    optionally untied."""
 
     def __init__(self, tie=True, vocab=11, dim=6):
         super().__init__()
@@ -52,7 +58,8 @@ class TiedNet(nn.Module):
 
 
 class NormNet(nn.Module):
-    """Linear, a normalisation (``"batch"``: BatchNorm1d with running buffers; ``"layer"``: LayerNorm), Linear."""
+    """Linear, a normalisation (``"batch"``: BatchNorm1d with running buffers;
+    ``"layer"``: LayerNorm), Linear."""
 
     def __init__(self, norm="batch"):
         super().__init__()
@@ -65,18 +72,33 @@ class NormNet(nn.Module):
 
 
 def rank_data(rank, steps, batch=4, kind="regression", shift_per_rank=0.0, seed=10):
-    """This rank's batches: ``(x, y)`` pairs, inputs shifted by ``rank * shift_per_rank``."""
+    """This rank's batches: ``(x, y)`` pairs, inputs shifted by ``rank *
+    shift_per_rank``."""
     gen = torch.Generator().manual_seed(seed + rank)
     if kind == "tokens":
-        return [(torch.randint(0, 11, (batch, 3), generator=gen), torch.randint(0, 11, (batch, 3), generator=gen))
-                for _ in range(steps)]
-    return [(torch.randn(batch, 6, generator=gen) + rank * shift_per_rank, torch.randn(batch, 3, generator=gen))
-            for _ in range(steps)]
+        return [
+            (
+                torch.randint(0, 11, (batch, 3), generator=gen),
+                torch.randint(0, 11, (batch, 3), generator=gen),
+            )
+            for _ in range(steps)
+        ]
+    return [
+        (
+            torch.randn(batch, 6, generator=gen) + rank * shift_per_rank,
+            torch.randn(batch, 3, generator=gen),
+        )
+        for _ in range(steps)
+    ]
 
 
 def _loss(model, x, y, **kwargs):
     out = model(x, **kwargs)
-    return F.cross_entropy(out.flatten(0, -2), y.flatten()) if y.dtype == torch.long else F.mse_loss(out, y)
+    return (
+        F.cross_entropy(out.flatten(0, -2), y.flatten())
+        if y.dtype == torch.long
+        else F.mse_loss(out, y)
+    )
 
 
 def _sgd(model):
@@ -105,9 +127,16 @@ def reference(make_model, world_size, steps, use_extra_on=None, **data):
     for step in range(steps):
         batches = [per_rank[r][step] for r in range(world_size)]
         if use_extra_on is None:
-            loss = _loss(model, torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches]))
+            loss = _loss(
+                model,
+                torch.cat([x for x, _ in batches]),
+                torch.cat([y for _, y in batches]),
+            )
         else:
-            loss = sum(_loss(model, x, y, use_extra=r in use_extra_on) for r, (x, y) in enumerate(batches))
+            loss = sum(
+                _loss(model, x, y, use_extra=r in use_extra_on)
+                for r, (x, y) in enumerate(batches)
+            )
             loss = loss / world_size
         loss.backward()
         _sgd(model)
@@ -115,6 +144,7 @@ def reference(make_model, world_size, steps, use_extra_on=None, **data):
 
 
 # -- 1. a parameter that gets no gradient ------------------------------------
+
 
 def unused_parameters(used_by="none", find_unused=False, wrapper="mylib", steps=3):
     """Train ``BranchNet``; its ``extra`` head is used by no rank or by rank 0 only.
@@ -137,8 +167,10 @@ def unused_parameters(used_by="none", find_unused=False, wrapper="mylib", steps=
 
 # -- 2. frozen and tied parameters ---------------------------------------------
 
+
 def frozen_parameter(freeze_after_wrap=False, steps=3):
-    """Freeze ``trunk.weight``, before wrapping (fine) or after (MyDDP still waits for its gradient)."""
+    """Freeze ``trunk.weight``, before wrapping (fine) or after (MyDDP still waits for
+    its gradient)."""
     net = BranchNet()
     if not freeze_after_wrap:
         net.trunk.weight.requires_grad_(False)
@@ -153,11 +185,14 @@ def frozen_parameter(freeze_after_wrap=False, steps=3):
 
 
 def tied_parameter(tie_after_wrap=False, steps=3):
-    """Tie the output layer to the embedding, before wrapping (one parameter, synced once) or after."""
+    """Tie the output layer to the embedding, before wrapping (one parameter, synced
+    once) or after."""
     net = TiedNet(tie=not tie_after_wrap)
     model = MyDDP(net)
     if tie_after_wrap:
-        net.out.weight = net.embed.weight  # MyDDP's buckets still hold the old, now unused, out.weight
+        net.out.weight = (
+            net.embed.weight
+        )  # MyDDP's buckets still hold the old, now unused, out.weight
     for x, y in rank_data(dist.get_rank(), steps, kind="tokens"):
         _loss(model, x, y).backward()
         model.finish_gradient_sync()
@@ -167,8 +202,10 @@ def tied_parameter(tie_after_wrap=False, steps=3):
 
 # -- 3. buffers: BatchNorm's running statistics --------------------------------
 
+
 def norm_buffers(broadcast_buffers=True, norm="batch", steps=5, shift_per_rank=1.0):
-    """Train ``NormNet`` on ranks whose data differ; report drift, eval outputs and the parameters."""
+    """Train ``NormNet`` on ranks whose data differ; report drift, eval outputs and the
+    parameters."""
     rank = dist.get_rank()
     model = MyDDP(NormNet(norm), broadcast_buffers=broadcast_buffers)
     for x, y in rank_data(rank, steps, shift_per_rank=shift_per_rank):
@@ -179,11 +216,14 @@ def norm_buffers(broadcast_buffers=True, norm="batch", steps=5, shift_per_rank=1
     model.eval()
     with torch.no_grad():
         probe = torch.linspace(-1, 1, 12).reshape(2, 6)
-        evaluated = model(probe)  # the wrapper broadcasts rank 0's buffers first, if asked to
+        evaluated = model(
+            probe
+        )  # the wrapper broadcasts rank 0's buffers first, if asked to
     return {"drift": drift_after_training, "eval": evaluated, "params": _params(model)}
 
 
 # -- 4. ranks calling collectives in different orders --------------------------
+
 
 def mismatched_collectives(kind="order", checked=False):
     """Two collectives that rank 0 calls in one order and the others in the other.
@@ -217,8 +257,10 @@ def mismatched_collectives(kind="order", checked=False):
 
 # -- 5. an uneven last batch ---------------------------------------------------
 
+
 def uneven_batches(sharding="naive", dataset_size=10, batch=2):
-    """Train on ``dataset_size`` samples split over the ranks, then meet at a barrier (to save, say).
+    """Train on ``dataset_size`` samples split over the ranks, then meet at a barrier
+    (to save, say).
 
     ``sharding="naive"``: rank r takes samples r, r+n, ...: some ranks get one
     batch more and wait in an all-reduce the others never start.
@@ -229,12 +271,19 @@ def uneven_batches(sharding="naive", dataset_size=10, batch=2):
 
     rank, n = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(3)
-    data = TensorDataset(torch.arange(dataset_size), torch.randn(dataset_size, 6, generator=gen),
-                         torch.randn(dataset_size, 3, generator=gen))
+    data = TensorDataset(
+        torch.arange(dataset_size),
+        torch.randn(dataset_size, 6, generator=gen),
+        torch.randn(dataset_size, 3, generator=gen),
+    )
     if sharding == "naive":
-        loader = DataLoader(Subset(data, range(rank, dataset_size, n)), batch_size=batch)
+        loader = DataLoader(
+            Subset(data, range(rank, dataset_size, n)), batch_size=batch
+        )
     else:
-        sampler = DistributedSampler(data, shuffle=False, drop_last=(sharding == "drop_last"))
+        sampler = DistributedSampler(
+            data, shuffle=False, drop_last=(sharding == "drop_last")
+        )
         loader = DataLoader(data, batch_size=batch, sampler=sampler)
     model = MyDDP(BranchNet())
     seen, steps = [], 0
@@ -250,8 +299,10 @@ def uneven_batches(sharding="naive", dataset_size=10, batch=2):
 
 # -- 6. ranks reading the same data ----------------------------------------------
 
+
 def data_shards(kind="sampler", dataset_size=16, epochs=2, batch=4):
-    """The indices each rank reads per epoch, and :func:`mylib.debug.shard_report` of the first epoch.
+    """The indices each rank reads per epoch, and :func:`mylib.debug.shard_report` of
+    the first epoch.
 
     ``"no_sampler"``: a shuffling DataLoader with the same seed on every rank;
     ``"rank_seed"``: ``DistributedSampler`` seeded differently on each rank;
@@ -263,10 +314,17 @@ def data_shards(kind="sampler", dataset_size=16, epochs=2, batch=4):
     rank = dist.get_rank()
     data = torch.arange(dataset_size)
     if kind == "no_sampler":
-        loader = DataLoader(data, batch_size=batch, shuffle=True, generator=torch.Generator().manual_seed(0))
+        loader = DataLoader(
+            data,
+            batch_size=batch,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(0),
+        )
         sampler = None
     else:
-        sampler = DistributedSampler(data, shuffle=True, seed=rank if kind == "rank_seed" else 0)
+        sampler = DistributedSampler(
+            data, shuffle=True, seed=rank if kind == "rank_seed" else 0
+        )
         loader = DataLoader(data, batch_size=batch, sampler=sampler)
     per_epoch = []
     for epoch in range(epochs):
@@ -275,4 +333,7 @@ def data_shards(kind="sampler", dataset_size=16, epochs=2, batch=4):
         if kind == "no_sampler":
             loader.generator.manual_seed(epoch)
         per_epoch.append([int(i) for b in loader for i in b])
-    return {"epochs": per_epoch, "report": debug.shard_report(per_epoch[0], dataset_size)}
+    return {
+        "epochs": per_epoch,
+        "report": debug.shard_report(per_epoch[0], dataset_size),
+    }

@@ -4,11 +4,12 @@ Chapter 7 trains one model at a fixed global batch on 1, 2 and 4 gloo ranks
 and sets the measured step times beside :func:`mylib.models.scaling.scaled_step`,
 calibrated on the same machine:
 
-* compute: :func:`time_compute` times one rank's forward and backward on its
-  share of the batch, in this process, on one thread (each rank gets one
-  thread, as each rank gets one GPU on a cluster);
-* communication: alpha and beta fitted to all-reduces timed inside the same
-  run (:func:`mylib.experiments.commbench.time_all_reduce`, :func:`mylib.models.costmodel.fit_alpha_beta`);
+* compute: :func:`time_compute` times one rank's forward and backward on its share of
+  the batch, in this process, on one thread (each rank gets one thread, as each rank
+  gets one GPU on a cluster);
+* communication: alpha and beta fitted to all-reduces timed inside the same run
+  (:func:`mylib.experiments.commbench.time_all_reduce`,
+  :func:`mylib.models.costmodel.fit_alpha_beta`);
 * cores: ranks beyond the machine's cores take turns (``cores=`` of the model).
 
 :func:`train_fixed_global_batch` is the run itself, a function for
@@ -29,7 +30,9 @@ from mylib.models.costmodel import fit_alpha_beta
 from mylib.models.scaling import WEAK, scaled_step
 from mylib.models.timeline import Layer
 
-COMM_SIZES = [2 ** k for k in range(12, 24, 2)]  # 4 KB to 8 MB: enough to separate alpha from beta
+COMM_SIZES = [
+    2**k for k in range(12, 24, 2)
+]  # 4 KB to 8 MB: enough to separate alpha from beta
 
 
 def _sgd_step(params, lr):
@@ -40,7 +43,8 @@ def _sgd_step(params, lr):
 
 
 def train_single_process(make_model, batches, lr):
-    """Plain SGD on the whole batch in this process: what every data-parallel run must reproduce."""
+    """Plain SGD on the whole batch in this process: what every data-parallel run must
+    reproduce."""
     model = make_model()
     for x, y in batches:
         torch.nn.functional.mse_loss(model(x), y).backward()
@@ -48,8 +52,15 @@ def train_single_process(make_model, batches, lr):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def train_fixed_global_batch(make_model, batches, lr, bucket_cap_mb=25.0,
-                             comm_sizes=COMM_SIZES, threads=1, use_torch_ddp=False):
+def train_fixed_global_batch(
+    make_model,
+    batches,
+    lr,
+    bucket_cap_mb=25.0,
+    comm_sizes=COMM_SIZES,
+    threads=1,
+    use_torch_ddp=False,
+):
     """Run on every rank: train on its slice of each global batch; time each step.
 
     Returns ``(step_s, allreduce_s, params)``: each step's time on the slowest
@@ -58,15 +69,16 @@ def train_fixed_global_batch(make_model, batches, lr, bucket_cap_mb=25.0,
     rank), and the final parameters. ``use_torch_ddp`` trains with PyTorch's
     ``DistributedDataParallel`` instead of ``MyDDP``.
     """
-    from mylib.experiments.commbench import time_all_reduce
     from mylib.ddp import MyDDP
+    from mylib.experiments.commbench import time_all_reduce
 
     torch.set_num_threads(threads)
     rank, n = dist.get_rank(), dist.get_world_size()
     global_batch = batches[0][0].shape[0]
     if global_batch % n:
-        raise ValueError(f"the global batch ({global_batch}) must split evenly "
-                         f"over {n} ranks")
+        raise ValueError(
+            f"the global batch ({global_batch}) must split evenly over {n} ranks"
+        )
     allreduce_s = time_all_reduce(comm_sizes, repeats=3, warmup=1) if n > 1 else None
     wrap = torch.nn.parallel.DistributedDataParallel if use_torch_ddp else MyDDP
     model = wrap(make_model(), bucket_cap_mb=bucket_cap_mb)
@@ -89,7 +101,8 @@ def train_fixed_global_batch(make_model, batches, lr, bucket_cap_mb=25.0,
 
 
 def time_compute(model, batch, width, repeats=7, threads=1):
-    """Fastest forward and backward seconds of ``model`` on ``batch`` rows, on ``threads`` threads.
+    """Fastest forward and backward seconds of ``model`` on ``batch`` rows, on
+    ``threads`` threads.
 
     The fastest run is the best estimate of the compute itself: other
     programs on the machine can only add time.
@@ -113,28 +126,54 @@ def time_compute(model, batch, width, repeats=7, threads=1):
 
 
 def linear_layers(model, backward_s):
-    """The model's Linear layers in backward order as timeline layers, sharing ``backward_s`` evenly."""
+    """The model's Linear layers in backward order as timeline layers, sharing
+    ``backward_s`` evenly."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][::-1]
-    return [Layer(f"linear{len(linears) - 1 - i}", backward_s / len(linears),
-                  [p.numel() * p.element_size() for p in (m.bias, m.weight) if p is not None])
-            for i, m in enumerate(linears)]
+    return [
+        Layer(
+            f"linear{len(linears) - 1 - i}",
+            backward_s / len(linears),
+            [p.numel() * p.element_size() for p in (m.bias, m.weight) if p is not None],
+        )
+        for i, m in enumerate(linears)
+    ]
 
 
-def predicted_step(model, ranks, forward_s, backward_s, allreduce_s=None, comm_sizes=COMM_SIZES, cores=None,
-                   bucket_cap_mb=25.0):
-    """The timeline model's step for one rank of ``ranks``, from this machine's measurements.
+def predicted_step(
+    model,
+    ranks,
+    forward_s,
+    backward_s,
+    allreduce_s=None,
+    comm_sizes=COMM_SIZES,
+    cores=None,
+    bucket_cap_mb=25.0,
+):
+    """The timeline model's step for one rank of ``ranks``, from this machine's
+    measurements.
 
     ``forward_s``/``backward_s``: one rank's compute on its share of the batch
     (:func:`time_compute` at ``global_batch / ranks``). ``allreduce_s``: times
     of ``comm_sizes`` all-reduces on ``ranks`` ranks, to fit alpha and beta.
     Returns ``(timeline, fit)``; ``fit`` is None for one rank.
     """
-    fit = fit_alpha_beta(comm_sizes, allreduce_s, world_size=ranks) if ranks > 1 else None
+    fit = (
+        fit_alpha_beta(comm_sizes, allreduce_s, world_size=ranks) if ranks > 1 else None
+    )
     alpha, beta = (fit.alpha, fit.beta) if fit else (0.0, 1.0)
-    # The compute was measured at this rank count's batch share: scale it only for shared cores.
+    # The compute was measured at this rank count's batch share: scale it only for
+    # shared cores.
     layers = linear_layers(model, backward_s)
-    return scaled_step(layers, ranks, alpha, beta, bucket_cap_mb * MB, mode=WEAK, forward_s=forward_s,
-                       cores=cores), fit
+    return scaled_step(
+        layers,
+        ranks,
+        alpha,
+        beta,
+        bucket_cap_mb * MB,
+        mode=WEAK,
+        forward_s=forward_s,
+        cores=cores,
+    ), fit
 
 
 def typical(values, skip=2):
@@ -142,8 +181,14 @@ def typical(values, skip=2):
     return statistics.median(values[skip:] if len(values) > skip else values)
 
 
-def straggler_steps(compute_s, extra_s_by_rank=None, steps=20, jitter_mean_s=0.0,
-                    grad_numel=256 * 1024, seed=0):
+def straggler_steps(
+    compute_s,
+    extra_s_by_rank=None,
+    steps=20,
+    jitter_mean_s=0.0,
+    grad_numel=256 * 1024,
+    seed=0,
+):
     """Run on every rank: ``steps`` steps of simulated compute, then an all-reduce.
 
     Each rank "computes" by sleeping ``compute_s``, plus its entry of

@@ -1,4 +1,5 @@
-"""The checks of chapter 6: one model trained unsharded, under DDP, and under each ZeRO stage.
+"""The checks of chapter 6: one model trained unsharded, under DDP, and under each ZeRO
+stage.
 
 Chapter 6 and ``tests/test_zero*.py`` run the same functions, so what the
 book shows is what CI asserts. The model has what real models have and what
@@ -18,23 +19,58 @@ import torch.nn.functional as F
 from torch import nn
 
 from mylib import comm
-from mylib.experiments.common import max_param_diff
 from mylib.ddp import MyDDP
 from mylib.zero1 import ShardedOptimizer
 from mylib.zero2 import ShardedGradOptimizer
 from mylib.zero3 import ShardedModel
 
-# name -> the stage of mylib.models.memory it is (0 = DDP); the torch-* ones are PyTorch's own.
-SETUPS = {"ddp": 0, "zero1": 1, "zero1-ddp": 1, "zero2": 2, "zero3": 3, "zero3-prefetch": 3,
-          "torch-ddp": 0, "torch-zero1": 1, "torch-fsdp": 3}
+# name -> the stage of mylib.models.memory it is (0 = DDP); the torch-* ones are
+# PyTorch's own.
+SETUPS = {
+    "ddp": 0,
+    "zero1": 1,
+    "zero1-ddp": 1,
+    "zero2": 2,
+    "zero3": 3,
+    "zero3-prefetch": 3,
+    "torch-ddp": 0,
+    "torch-zero1": 1,
+    "torch-fsdp": 3,
+}
 
-CHECK = dict(vocab=64, dim=32, hidden=64, layers=2, frozen=True, tied=True, batch=8, seq=12, steps=10,
-             optimizer=torch.optim.AdamW, lr=1e-2, weight_decay=0.1, bucket_cap_mb=0.01, seed=0, dtype=torch.float32)
+CHECK = dict(
+    vocab=64,
+    dim=32,
+    hidden=64,
+    layers=2,
+    frozen=True,
+    tied=True,
+    batch=8,
+    seq=12,
+    steps=10,
+    optimizer=torch.optim.AdamW,
+    lr=1e-2,
+    weight_decay=0.1,
+    bucket_cap_mb=0.01,
+    seed=0,
+    dtype=torch.float32,
+)
 """The equivalence check: a small model, 10 steps of AdamW with two parameter groups."""
 
-MEASURE = dict(CHECK, vocab=512, dim=256, hidden=1024, layers=2, frozen=False, batch=4, seq=16, steps=2,
-               bucket_cap_mb=1.0)
-"""The measurement: 1.25M trainable parameters (every one trained, so psi is the whole model), 2 steps."""
+MEASURE = dict(
+    CHECK,
+    vocab=512,
+    dim=256,
+    hidden=1024,
+    layers=2,
+    frozen=False,
+    batch=4,
+    seq=16,
+    steps=2,
+    bucket_cap_mb=1.0,
+)
+"""The measurement: 1.25M trainable parameters (every one trained, so psi is the whole
+model), 2 steps."""
 
 
 class Block(nn.Module):
@@ -42,21 +78,28 @@ class Block(nn.Module):
 
     def __init__(self, dim, hidden):
         super().__init__()
-        self.norm, self.up, self.down = nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.norm, self.up, self.down = (
+            nn.LayerNorm(dim),
+            nn.Linear(dim, hidden),
+            nn.Linear(hidden, dim),
+        )
 
     def forward(self, x):
         return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
 class TinyLM(nn.Module):
-    """Embedding, residual blocks, a frozen projection, and a head that shares the embedding's weight."""
+    """Embedding, residual blocks, a frozen projection, and a head that shares the
+    embedding's weight."""
 
     def __init__(self, vocab, dim, hidden, layers, frozen=True, tied=True):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, hidden) for _ in range(layers))
         self.proj = nn.Linear(dim, dim)
-        self.proj.requires_grad_(not frozen)  # frozen: as a pretrained part that is not fine-tuned
+        self.proj.requires_grad_(
+            not frozen
+        )  # frozen: as a pretrained part that is not fine-tuned
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         if tied:
@@ -72,8 +115,14 @@ class TinyLM(nn.Module):
 def tiny_lm(config):
     """The model of ``config``, with the same initial weights on every rank (seeded)."""
     torch.manual_seed(config["seed"])
-    return TinyLM(config["vocab"], config["dim"], config["hidden"], config["layers"],
-                  config["frozen"], config["tied"]).to(config["dtype"])
+    return TinyLM(
+        config["vocab"],
+        config["dim"],
+        config["hidden"],
+        config["layers"],
+        config["frozen"],
+        config["tied"],
+    ).to(config["dtype"])
 
 
 def num_trainable(model):
@@ -84,26 +133,37 @@ def num_trainable(model):
 def lm_loss(model, tokens):
     """Next-token cross-entropy, averaged over the tokens of ``tokens``."""
     logits = model(tokens[:, :-1])
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1)
+    )
 
 
 def token_batches(config):
     """``steps`` global batches of random tokens, ``batch`` sequences each."""
     g = torch.Generator().manual_seed(config["seed"] + 1)
-    return [torch.randint(config["vocab"], (config["batch"], config["seq"]), generator=g)
-            for _ in range(config["steps"])]
+    return [
+        torch.randint(config["vocab"], (config["batch"], config["seq"]), generator=g)
+        for _ in range(config["steps"])
+    ]
 
 
 def param_groups(model, config):
-    """AdamW's usual two groups: weight decay on matrices, none on biases, norms and the embedding's bias."""
+    """AdamW's usual two groups: weight decay on matrices, none on biases, norms and the
+    embedding's bias."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     ids = {id(p) for p in decay}
-    return [{"params": decay, "weight_decay": config["weight_decay"]},
-            {"params": [p for p in model.parameters() if id(p) not in ids], "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": config["weight_decay"]},
+        {
+            "params": [p for p in model.parameters() if id(p) not in ids],
+            "weight_decay": 0.0,
+        },
+    ]
 
 
 def train_single(config):
-    """Single-process training on the whole batch: the reference. Returns ``{name: final parameter}``."""
+    """Single-process training on the whole batch: the reference. Returns ``{name: final
+    parameter}``."""
     model = tiny_lm(config)
     opt = config["optimizer"](param_groups(model, config), lr=config["lr"])
     for tokens in token_batches(config):
@@ -114,31 +174,66 @@ def train_single(config):
 
 
 def build(setup, model, config):
-    """Wrap ``model`` for ``setup`` (a key of SETUPS). Returns (model to call, optimizer, sync after backward)."""
+    """Wrap ``model`` for ``setup`` (a key of SETUPS). Returns (model to call,
+    optimizer, sync after backward)."""
     opt_class, lr, cap = config["optimizer"], config["lr"], config["bucket_cap_mb"]
     no_sync = lambda: None  # noqa: E731 (the stages that need no call between backward and step)
     if setup == "ddp":
         ddp = MyDDP(model, bucket_cap_mb=cap)
-        return ddp, opt_class(param_groups(model, config), lr=lr), ddp.finish_gradient_sync
+        return (
+            ddp,
+            opt_class(param_groups(model, config), lr=lr),
+            ddp.finish_gradient_sync,
+        )
     if setup == "zero1":
-        return model, ShardedOptimizer(param_groups(model, config), opt_class, average_gradients=True, lr=lr), no_sync
+        return (
+            model,
+            ShardedOptimizer(
+                param_groups(model, config), opt_class, average_gradients=True, lr=lr
+            ),
+            no_sync,
+        )
     if setup == "zero1-ddp":
         ddp = MyDDP(model, bucket_cap_mb=cap)
-        return ddp, ShardedOptimizer(param_groups(model, config), opt_class, lr=lr), ddp.finish_gradient_sync
+        return (
+            ddp,
+            ShardedOptimizer(param_groups(model, config), opt_class, lr=lr),
+            ddp.finish_gradient_sync,
+        )
     if setup == "zero2":
-        return model, ShardedGradOptimizer(param_groups(model, config), opt_class, bucket_cap_mb=cap, lr=lr), no_sync
+        return (
+            model,
+            ShardedGradOptimizer(
+                param_groups(model, config), opt_class, bucket_cap_mb=cap, lr=lr
+            ),
+            no_sync,
+        )
     if setup in ("zero3", "zero3-prefetch"):
-        groups = param_groups(model, config)  # before wrapping: afterwards every parameter is a 1-D piece
-        sharded = ShardedModel(model, unit_modules=list(model.blocks), prefetch=setup == "zero3-prefetch")
+        groups = param_groups(
+            model, config
+        )  # before wrapping: afterwards every parameter is a 1-D piece
+        sharded = ShardedModel(
+            model, unit_modules=list(model.blocks), prefetch=setup == "zero3-prefetch"
+        )
         return sharded, opt_class(groups, lr=lr), no_sync
     if setup == "torch-ddp":
-        return torch.nn.parallel.DistributedDataParallel(model), opt_class(param_groups(model, config), lr=lr), no_sync
+        return (
+            torch.nn.parallel.DistributedDataParallel(model),
+            opt_class(param_groups(model, config), lr=lr),
+            no_sync,
+        )
     if setup == "torch-zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
+
         ddp = torch.nn.parallel.DistributedDataParallel(model)
-        return ddp, ZeroRedundancyOptimizer(param_groups(model, config), opt_class, lr=lr), no_sync
+        return (
+            ddp,
+            ZeroRedundancyOptimizer(param_groups(model, config), opt_class, lr=lr),
+            no_sync,
+        )
     if setup == "torch-fsdp":
         from torch.distributed.fsdp import fully_shard
+
         for block in model.blocks:
             fully_shard(block)
         fully_shard(model)
@@ -147,11 +242,15 @@ def build(setup, model, config):
 
 
 def full_parameters(setup, model, wrapped):
-    """Every parameter, whole, on this rank: gathered from the shards where the setup shards them."""
+    """Every parameter, whole, on this rank: gathered from the shards where the setup
+    shards them."""
     if setup.startswith("zero3"):
         return wrapped.full_parameters()
     if setup == "torch-fsdp":
-        return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
+        return {
+            name: p.full_tensor().detach().clone()
+            for name, p in model.named_parameters()
+        }
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
@@ -174,15 +273,19 @@ def train_rank(setup, config):
             held = held_bytes(model, opt)
             opt.step()
         opt.zero_grad()
-    return {"params": full_parameters(setup, model, wrapped),
-            "bytes_sent": stats.bytes_sent,
-            "bytes_by_op": dict(stats.by_op), "held": held, "psi": psi,
-            "peak_gathered_bytes": getattr(wrapped, "peak_gathered_bytes",
-                                           None)}
+    return {
+        "params": full_parameters(setup, model, wrapped),
+        "bytes_sent": stats.bytes_sent,
+        "bytes_by_op": dict(stats.by_op),
+        "held": held,
+        "psi": psi,
+        "peak_gathered_bytes": getattr(wrapped, "peak_gathered_bytes", None),
+    }
 
 
 def train_setups(setups, config):
-    """Run on every rank: :func:`train_rank` for each setup in turn (one launch for many checks)."""
+    """Run on every rank: :func:`train_rank` for each setup in turn (one launch for many
+    checks)."""
     return {setup: train_rank(setup, config) for setup in setups}
 
 
@@ -213,7 +316,8 @@ def held_bytes(model, optimizer):
     inner = getattr(optimizer, "optim", optimizer)
     params = list(model.parameters())
     pieces = [p for group in inner.param_groups for p in group["params"]]
-    return {"params": size(params),
-            "grads": size([p.grad for p in params + pieces]),
-            "optimizer": size(t for state in inner.state.values()
-                              for t in state.values())}
+    return {
+        "params": size(params),
+        "grads": size([p.grad for p in params + pieces]),
+        "optimizer": size(t for state in inner.state.values() for t in state.values()),
+    }

@@ -1,4 +1,5 @@
-"""The slider figure of chapter 1: what a ring all-reduce costs, by the alpha-beta model.
+"""The slider figure of chapter 1: what a ring all-reduce costs, by the alpha-beta
+model.
 
 :func:`allreduce_cost_figure` draws two log-log panels and a line of numbers:
 
@@ -17,10 +18,10 @@ the static site runs this very function in the reader's browser.
 
 import math
 
-from mylib.models.costmodel import crossover_bytes, ring_all_reduce_terms
 from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds
+from mylib.models.costmodel import crossover_bytes, ring_all_reduce_terms
 
-MIN_BYTES, MAX_BYTES = 1, 2 ** 32
+MIN_BYTES, MAX_BYTES = 1, 2**32
 MIN_RANKS, MAX_RANKS = 2, 1024
 LATENCY_FILL, BANDWIDTH_FILL = "#fde0c5", "#dbe9f6"
 
@@ -34,54 +35,103 @@ class _LogAxes:
         self.ly = (math.log10(ylim[0]), math.log10(ylim[1]))
 
     def px(self, value):
-        return self.x + self.w * (math.log10(value) - self.lx[0]) / (self.lx[1] - self.lx[0])
+        return self.x + self.w * (math.log10(value) - self.lx[0]) / (
+            self.lx[1] - self.lx[0]
+        )
 
     def py(self, value):
-        return self.y + self.h * (1 - (math.log10(value) - self.ly[0]) / (self.ly[1] - self.ly[0]))
+        return self.y + self.h * (
+            1 - (math.log10(value) - self.ly[0]) / (self.ly[1] - self.ly[0])
+        )
 
     def polyline(self, points, **attrs):
-        points = [(a, b) for a, b in points if 10 ** self.ly[0] <= b <= 10 ** self.ly[1]]  # clip to the panel
+        points = [
+            (a, b) for a, b in points if 10 ** self.ly[0] <= b <= 10 ** self.ly[1]
+        ]  # clip to the panel
         if len(points) < 2:
             return
         coords = " ".join(f"{self.px(a):.1f},{self.py(b):.1f}" for a, b in points)
-        self.svg.raw(f'<polyline points="{coords}" fill="none" stroke="{attrs.get("stroke", PALETTE["text"])}" '
-                     f'stroke-width="{attrs.get("width", 2)}" stroke-dasharray="{attrs.get("dash", "none")}"/>')
+        self.svg.raw(
+            f'<polyline points="{coords}" fill="none" stroke="{attrs.get("stroke", PALETTE["text"])}" '
+            f'stroke-width="{attrs.get("width", 2)}" stroke-dasharray="{attrs.get("dash", "none")}"/>'
+        )
 
     def frame(self, x_ticks, x_label, y_label, x_format):
         s = self.svg
         for v in x_ticks:
-            s.line(self.px(v), self.y, self.px(v), self.y + self.h, stroke=PALETTE["grid"])
-            s.text(self.px(v), self.y + self.h + 14, x_format(v), size=10, anchor="middle", fill=PALETTE["muted"])
+            s.line(
+                self.px(v), self.y, self.px(v), self.y + self.h, stroke=PALETTE["grid"]
+            )
+            s.text(
+                self.px(v),
+                self.y + self.h + 14,
+                x_format(v),
+                size=10,
+                anchor="middle",
+                fill=PALETTE["muted"],
+            )
         decades = range(math.ceil(self.ly[0]), math.floor(self.ly[1]) + 1)
         every = max(1, math.ceil(len(decades) / 7))  # at most about 7 labelled decades
         for k in decades[::every]:
-            s.line(self.x, self.py(10 ** k), self.x + self.w, self.py(10 ** k), stroke=PALETTE["grid"])
-            s.text(self.x - 4, self.py(10 ** k) + 3, format_seconds(10 ** k, 1), size=10, anchor="end",
-                   fill=PALETTE["muted"])
+            s.line(
+                self.x,
+                self.py(10**k),
+                self.x + self.w,
+                self.py(10**k),
+                stroke=PALETTE["grid"],
+            )
+            s.text(
+                self.x - 4,
+                self.py(10**k) + 3,
+                format_seconds(10**k, 1),
+                size=10,
+                anchor="end",
+                fill=PALETTE["muted"],
+            )
         s.rect(self.x, self.y, self.w, self.h, fill="none", stroke=PALETTE["muted"])
-        s.text(self.x + self.w / 2, self.y + self.h + 30, x_label, size=11, anchor="middle")
+        s.text(
+            self.x + self.w / 2, self.y + self.h + 30, x_label, size=11, anchor="middle"
+        )
         s.text(self.x, self.y - 8, y_label, size=11)
 
     def marker(self, x_value, y_value, label, metric):
-        self.svg.line(self.px(x_value), self.y, self.px(x_value), self.y + self.h, stroke=PALETTE["text"],
-                      stroke_dasharray="2 3")
-        self.svg.raw(f'<circle cx="{self.px(x_value):.1f}" cy="{self.py(y_value):.1f}" r="5" '
-                     f'fill="{PALETTE["comm"]}" stroke="{PALETTE["text"]}"/>')
+        self.svg.line(
+            self.px(x_value),
+            self.y,
+            self.px(x_value),
+            self.y + self.h,
+            stroke=PALETTE["text"],
+            stroke_dasharray="2 3",
+        )
+        self.svg.raw(
+            f'<circle cx="{self.px(x_value):.1f}" cy="{self.py(y_value):.1f}" r="5" '
+            f'fill="{PALETTE["comm"]}" stroke="{PALETTE["text"]}"/>'
+        )
         anchor = "end" if self.px(x_value) > self.x + self.w * 0.6 else "start"
         dx = -8 if anchor == "end" else 8
-        self.svg.text(self.px(x_value) + dx, self.py(y_value) - 8, label, size=11, anchor=anchor, weight="bold",
-                      data_metric=metric)
+        self.svg.text(
+            self.px(x_value) + dx,
+            self.py(y_value) - 8,
+            label,
+            size=11,
+            anchor=anchor,
+            weight="bold",
+            data_metric=metric,
+        )
 
 
-def allreduce_cost_figure(nbytes=2 ** 20, world_size=4, alpha_us=50.0, beta_gbps=1.0):
-    """SVG of the predicted ring all-reduce time for ``nbytes`` over ``world_size`` ranks.
+def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1.0):
+    """SVG of the predicted ring all-reduce time for ``nbytes`` over ``world_size``
+    ranks.
 
     ``alpha_us`` is the latency per message in microseconds, ``beta_gbps``
     the link bandwidth in GB/s (10^9 bytes per second); sizes are binary
     (1 MB = 2^20 bytes).
     """
     if not (MIN_BYTES <= nbytes <= MAX_BYTES and 2 <= world_size):
-        raise ValueError(f"need 1 <= nbytes <= 2**32 and world_size >= 2, got {nbytes} and {world_size}")
+        raise ValueError(
+            f"need 1 <= nbytes <= 2**32 and world_size >= 2, got {nbytes} and {world_size}"
+        )
     alpha, beta = alpha_us * 1e-6, beta_gbps * 1e9
     n, b = world_size, nbytes
     lat, bw = ring_all_reduce_terms(b, n, alpha, beta)
@@ -92,7 +142,9 @@ def allreduce_cost_figure(nbytes=2 ** 20, world_size=4, alpha_us=50.0, beta_gbps
     def time_at(size, ranks):
         return sum(ring_all_reduce_terms(size, ranks, alpha, beta))
 
-    svg = Svg(780, 370, label=f"predicted ring all-reduce time: {format_seconds(total)}")
+    svg = Svg(
+        780, 370, label=f"predicted ring all-reduce time: {format_seconds(total)}"
+    )
     # Both panels share one time scale, wide enough for every curve drawn.
     t_lo = min(2 * alpha if alpha > 0 else math.inf, b / beta, time_at(MIN_BYTES, n))
     t_hi = max(time_at(MAX_BYTES, n), time_at(b, max_n))
@@ -102,45 +154,114 @@ def allreduce_cost_figure(nbytes=2 ** 20, world_size=4, alpha_us=50.0, beta_gbps
     left = _LogAxes(svg, 70, 40, 390, 220, (MIN_BYTES, MAX_BYTES), ylim)
     split = min(max(cross, MIN_BYTES), MAX_BYTES)
     svg.rect(left.x, left.y, left.px(split) - left.x, left.h, fill=LATENCY_FILL)
-    svg.rect(left.px(split), left.y, left.x + left.w - left.px(split), left.h, fill=BANDWIDTH_FILL)
-    left.frame([2 ** k for k in range(0, 33, 8)], "message size (bytes per rank)", f"time, {n} ranks",
-               lambda v: format_bytes(v, 2))
+    svg.rect(
+        left.px(split),
+        left.y,
+        left.x + left.w - left.px(split),
+        left.h,
+        fill=BANDWIDTH_FILL,
+    )
+    left.frame(
+        [2**k for k in range(0, 33, 8)],
+        "message size (bytes per rank)",
+        f"time, {n} ranks",
+        lambda v: format_bytes(v, 2),
+    )
     if MIN_BYTES < cross < MAX_BYTES:
-        svg.line(left.px(cross), left.y, left.px(cross), left.y + left.h, stroke=PALETTE["muted"])
+        svg.line(
+            left.px(cross),
+            left.y,
+            left.px(cross),
+            left.y + left.h,
+            stroke=PALETTE["muted"],
+        )
     if left.px(split) - left.x > 90:
         svg.text(left.x + 6, left.y + 16, "latency-bound", size=11, fill="#a65d1f")
     if left.x + left.w - left.px(split) > 100:
-        svg.text(left.x + left.w - 6, left.y + 16, "bandwidth-bound", size=11, anchor="end", fill="#2b5d8a")
+        svg.text(
+            left.x + left.w - 6,
+            left.y + 16,
+            "bandwidth-bound",
+            size=11,
+            anchor="end",
+            fill="#2b5d8a",
+        )
     sizes = [2 ** (k / 4) for k in range(0, 129)]
-    left.polyline([(s, ring_all_reduce_terms(s, n, alpha, beta)[0]) for s in (MIN_BYTES, MAX_BYTES)],
-                  stroke="#a65d1f", width=1, dash="5 4")
-    left.polyline([(s, ring_all_reduce_terms(s, n, alpha, beta)[1]) for s in sizes], stroke="#2b5d8a", width=1,
-                  dash="5 4")
+    left.polyline(
+        [
+            (s, ring_all_reduce_terms(s, n, alpha, beta)[0])
+            for s in (MIN_BYTES, MAX_BYTES)
+        ],
+        stroke="#a65d1f",
+        width=1,
+        dash="5 4",
+    )
+    left.polyline(
+        [(s, ring_all_reduce_terms(s, n, alpha, beta)[1]) for s in sizes],
+        stroke="#2b5d8a",
+        width=1,
+        dash="5 4",
+    )
     left.polyline([(s, time_at(s, n)) for s in sizes], stroke=PALETTE["text"])
     left.marker(b, total, format_seconds(total), "total_s")
 
     # Right: time against rank count for this message size.
     right = _LogAxes(svg, 540, 40, 210, 220, (MIN_RANKS, max_n), ylim)
-    right.frame([2 ** k for k in range(1, int(math.log2(max_n)) + 1, 3)], "ranks n", f"time, {format_bytes(b)}",
-                lambda v: str(int(v)))
+    right.frame(
+        [2**k for k in range(1, int(math.log2(max_n)) + 1, 3)],
+        "ranks n",
+        f"time, {format_bytes(b)}",
+        lambda v: str(int(v)),
+    )
     ranks = [2 ** (k / 8) for k in range(8, 8 * int(math.log2(max_n)) + 1)]
-    right.polyline([(r, 2 * (r - 1) * alpha) for r in ranks], stroke="#a65d1f", width=1.5, dash="5 4")
-    right.polyline([(r, 2 * (r - 1) / r * b / beta) for r in ranks], stroke="#2b5d8a", width=1.5, dash="5 4")
-    right.polyline([(r, 2 * (r - 1) * (alpha + b / r / beta)) for r in ranks], stroke=PALETTE["text"])
+    right.polyline(
+        [(r, 2 * (r - 1) * alpha) for r in ranks],
+        stroke="#a65d1f",
+        width=1.5,
+        dash="5 4",
+    )
+    right.polyline(
+        [(r, 2 * (r - 1) / r * b / beta) for r in ranks],
+        stroke="#2b5d8a",
+        width=1.5,
+        dash="5 4",
+    )
+    right.polyline(
+        [(r, 2 * (r - 1) * (alpha + b / r / beta)) for r in ranks],
+        stroke=PALETTE["text"],
+    )
     right.marker(n, total, f"n = {n}", "world_size")
     svg.text(right.x + 4, right.y + 14, "- - latency 2(n-1)α", size=10, fill="#a65d1f")
-    svg.text(right.x + 4, right.y + 28, "- - bandwidth 2(n-1)/n·b/β", size=10, fill="#2b5d8a")
+    svg.text(
+        right.x + 4, right.y + 28, "- - bandwidth 2(n-1)/n·b/β", size=10, fill="#2b5d8a"
+    )
 
     # The numbers under the panels.
     regime = "latency-bound" if b < cross else "bandwidth-bound"
     lines = [
-        (f"Ring all-reduce of {format_bytes(b)} over {n} ranks: {format_seconds(total)} predicted "
-         f"(α = {alpha_us:g} µs, β = {beta_gbps:g} GB/s)", "summary"),
-        (f"= latency 2(n-1)α = {format_seconds(lat)} ({100 * lat / total:.0f}%)  +  bandwidth 2(n-1)/n·b/β = "
-         f"{format_seconds(bw)} ({100 * bw / total:.0f}%)", "terms"),
-        (f"{regime}: the terms are equal at b = n·α·β = {format_bytes(cross)};  each rank sends "
-         f"2(n-1)/n·b = {format_bytes(2 * (n - 1) * b / n)}", "regime"),
+        (
+            f"Ring all-reduce of {format_bytes(b)} over {n} ranks: {format_seconds(total)} predicted "
+            f"(α = {alpha_us:g} µs, β = {beta_gbps:g} GB/s)",
+            "summary",
+        ),
+        (
+            f"= latency 2(n-1)α = {format_seconds(lat)} ({100 * lat / total:.0f}%)  +  bandwidth 2(n-1)/n·b/β = "
+            f"{format_seconds(bw)} ({100 * bw / total:.0f}%)",
+            "terms",
+        ),
+        (
+            f"{regime}: the terms are equal at b = n·α·β = {format_bytes(cross)};  each rank sends "
+            f"2(n-1)/n·b = {format_bytes(2 * (n - 1) * b / n)}",
+            "regime",
+        ),
     ]
     for i, (text, metric) in enumerate(lines):
-        svg.text(20, 318 + 17 * i, text, size=12, weight="bold" if i == 0 else None, data_metric=metric)
+        svg.text(
+            20,
+            318 + 17 * i,
+            text,
+            size=12,
+            weight="bold" if i == 0 else None,
+            data_metric=metric,
+        )
     return svg.to_string()

@@ -6,7 +6,6 @@ state: filling, queued, all-reducing, done. Standard library only: the
 static site runs this file in the reader's browser.
 """
 
-from mylib.models import timeline as tl
 from mylib.figures.svg import PALETTE, Svg
 from mylib.figures.timeline import LANE_GAP, LANE_H, LEFT, layer_shader, span_fill
 
@@ -25,8 +24,12 @@ def strip_moments(timeline):
     comm = [s for s in timeline.spans if s.kind == "allreduce"]
     backward = [s for s in timeline.spans if s.kind == "backward"]
     opt = [s for s in timeline.spans if s.kind == "optimizer"]
-    if not (comm and backward and opt and len(comm) >= 2 and timeline.exposed_comm_s > 0):
-        raise ValueError("the strip needs a forward, an optimizer step, >= 2 buckets and some exposed communication")
+    if not (
+        comm and backward and opt and len(comm) >= 2 and timeline.exposed_comm_s > 0
+    ):
+        raise ValueError(
+            "the strip needs a forward, an optimizer step, >= 2 buckets and some exposed communication"
+        )
     t0 = timeline.start_s
     first = comm[0].start_s - t0
     bwd_start, bwd_end = backward[0].start_s - t0, timeline.backward_end_s
@@ -40,22 +43,37 @@ def strip_moments(timeline):
     ]
 
 
-BUCKET_STATES = {"filling": PALETTE["idle"], "queued": "#fdd0a2", "all-reducing": PALETTE["comm"],
-                 "averaged": PALETTE["accent"]}
+BUCKET_STATES = {
+    "filling": PALETTE["idle"],
+    "queued": "#fdd0a2",
+    "all-reducing": PALETTE["comm"],
+    "averaged": PALETTE["accent"],
+}
 
 
 def bucket_states(timeline, t):
-    """Each bucket at time ``t``: filling (gradients missing), queued (ready, link busy), all-reducing, averaged."""
+    """Each bucket at time ``t``: filling (gradients missing), queued (ready, link
+    busy), all-reducing, averaged."""
     states = []
     for span in (s for s in timeline.spans if s.kind == "allreduce"):
-        ready, start, end = (x - timeline.start_s for x in (span.ready_s, span.start_s, span.end_s))
-        states.append("averaged" if end <= t else "all-reducing" if start <= t else "queued" if ready <= t
-                      else "filling")
+        ready, start, end = (
+            x - timeline.start_s for x in (span.ready_s, span.start_s, span.end_s)
+        )
+        states.append(
+            "averaged"
+            if end <= t
+            else "all-reducing"
+            if start <= t
+            else "queued"
+            if ready <= t
+            else "filling"
+        )
     return states
 
 
 def ddp_step_strip(timeline, *, width=780):
-    """Six panels of one DDP step, each the timeline up to a moment, with every bucket's state."""
+    """Six panels of one DDP step, each the timeline up to a moment, with every bucket's
+    state."""
     moments = strip_moments(timeline)
     cols, panel_w, panel_h = 2, width / 2, 124
     rows = (len(STRIP_CAPTIONS) + cols - 1) // cols
@@ -74,8 +92,14 @@ def ddp_step_strip(timeline, *, width=780):
         fig.text(ox + 8, oy + 16, caption, size=12, weight="bold")
         lanes_y = oy + 26
         for i, lane in enumerate(timeline.lanes):
-            fig.text(ox + LEFT * 0.7 - 6, lanes_y + i * (LANE_H + LANE_GAP) + LANE_H - 4, lane, anchor="end",
-                     size=10, fill=PALETTE["muted"])
+            fig.text(
+                ox + LEFT * 0.7 - 6,
+                lanes_y + i * (LANE_H + LANE_GAP) + LANE_H - 4,
+                lane,
+                anchor="end",
+                size=10,
+                fill=PALETTE["muted"],
+            )
         shade = layer_shader()
         for span in timeline.spans:
             i = shade(span)
@@ -83,19 +107,49 @@ def ddp_step_strip(timeline, *, width=780):
             start, end = span.start_s - timeline.start_s, span.end_s - timeline.start_s
             done_end = min(end, t)
             if done_end > start:
-                fig.rect(x_of(start), ly, max(x_of(done_end) - x_of(start), 0.6), LANE_H, fill=span_fill(span, i))
+                fig.rect(
+                    x_of(start),
+                    ly,
+                    max(x_of(done_end) - x_of(start), 0.6),
+                    LANE_H,
+                    fill=span_fill(span, i),
+                )
             if end > t:
-                fig.rect(x_of(max(start, t)), ly, x_of(end) - x_of(max(start, t)), LANE_H, fill=span_fill(span, i),
-                         opacity=0.15)
-        fig.line(x_of(t), lanes_y - 4, x_of(t), lanes_y + 2 * (LANE_H + LANE_GAP), stroke=PALETTE["text"],
-                 stroke_width=1.5)
+                fig.rect(
+                    x_of(max(start, t)),
+                    ly,
+                    x_of(end) - x_of(max(start, t)),
+                    LANE_H,
+                    fill=span_fill(span, i),
+                    opacity=0.15,
+                )
+        fig.line(
+            x_of(t),
+            lanes_y - 4,
+            x_of(t),
+            lanes_y + 2 * (LANE_H + LANE_GAP),
+            stroke=PALETTE["text"],
+            stroke_width=1.5,
+        )
         states = bucket_states(timeline, t)
         by = lanes_y + 2 * (LANE_H + LANE_GAP) + 10
         fig.text(ox + 8, by + 10, "buckets", size=10, fill=PALETTE["muted"])
         box = min(14.0, (panel_w - 70) / max(len(states), 1) - 2)
         for j, state in enumerate(states):
-            fig.rect(ox + 58 + j * (box + 2), by, box, box, fill=BUCKET_STATES[state], title=f"bucket {j}: {state}")
+            fig.rect(
+                ox + 58 + j * (box + 2),
+                by,
+                box,
+                box,
+                fill=BUCKET_STATES[state],
+                title=f"bucket {j}: {state}",
+            )
         counts = {s: states.count(s) for s in BUCKET_STATES}
-        fig.text(ox + 8, by + 32, ", ".join(f"{n} {s}" for s, n in counts.items() if n), size=10,
-                 fill=PALETTE["muted"])
+        fig.text(
+            ox + 8,
+            by + 32,
+            ", ".join(f"{n} {s}" for s, n in counts.items() if n),
+            size=10,
+            fill=PALETTE["muted"],
+        )
     return fig.to_string()

@@ -13,14 +13,30 @@ from mylib.figures.svg import PALETTE, Svg
 
 BOX_W, BOX_H = 150, 26
 CASES = [  # (title, rank 0's calls, rank 1's calls, verdict)
-    ("same order: every pair matches",
-     ("all_reduce(grad)", "all_reduce(metric)"), ("all_reduce(grad)", "all_reduce(metric)"), "ok"),
-    ("kinds swapped: an all-reduce meets a broadcast, both ranks wait forever",
-     ("all_reduce(grad)", "broadcast(grad)"), ("broadcast(grad)", "all_reduce(grad)"), "hang"),
-    ("same shapes swapped: the backend cannot tell; rank 1's metric is summed into rank 0's gradient",
-     ("all_reduce(grad)", "all_reduce(metric)"), ("all_reduce(metric)", "all_reduce(grad)"), "silent"),
+    (
+        "same order: every pair matches",
+        ("all_reduce(grad)", "all_reduce(metric)"),
+        ("all_reduce(grad)", "all_reduce(metric)"),
+        "ok",
+    ),
+    (
+        "kinds swapped: an all-reduce meets a broadcast, both ranks wait forever",
+        ("all_reduce(grad)", "broadcast(grad)"),
+        ("broadcast(grad)", "all_reduce(grad)"),
+        "hang",
+    ),
+    (
+        "same shapes swapped: the backend cannot tell; rank 1's metric is summed into rank 0's gradient",
+        ("all_reduce(grad)", "all_reduce(metric)"),
+        ("all_reduce(metric)", "all_reduce(grad)"),
+        "silent",
+    ),
 ]
-VERDICT_COLOURS = {"ok": PALETTE["accent"], "hang": PALETTE["exposed"], "silent": "#a65d1f"}
+VERDICT_COLOURS = {
+    "ok": PALETTE["accent"],
+    "hang": PALETTE["exposed"],
+    "silent": "#a65d1f",
+}
 
 
 def collective_pairing_figure():
@@ -36,14 +52,37 @@ def collective_pairing_figure():
             for i, call in enumerate(calls):
                 x = 80 + i * (BOX_W + 60)
                 fill = PALETTE["comm_alt"] if "metric" in call else PALETTE["comm"]
-                svg.rect(x, y, BOX_W, BOX_H, fill=fill if "broadcast" not in call else PALETTE["forward"],
-                         title=f"rank {rank}, call {i + 1}: {call}")
+                svg.rect(
+                    x,
+                    y,
+                    BOX_W,
+                    BOX_H,
+                    fill=fill if "broadcast" not in call else PALETTE["forward"],
+                    title=f"rank {rank}, call {i + 1}: {call}",
+                )
                 svg.text(x + BOX_W / 2, y + 17, call, size=11, anchor="middle")
         for i in range(2):
             x = 80 + i * (BOX_W + 60) + BOX_W / 2
             same = rank0[i] == rank1[i]
-            svg.line(x, top + 26 + BOX_H, x, top + 76, stroke=PALETTE["accent"] if same else colour, stroke_width=2,
-                     stroke_dasharray=None if same else "4 3")
-            label = "pair ok" if same else ("never completes" if verdict == "hang" else "wrong pair")
-            svg.text(x + 6, top + 26 + BOX_H + 16, label, size=10, fill=PALETTE["accent"] if same else colour)
+            svg.line(
+                x,
+                top + 26 + BOX_H,
+                x,
+                top + 76,
+                stroke=PALETTE["accent"] if same else colour,
+                stroke_width=2,
+                stroke_dasharray=None if same else "4 3",
+            )
+            label = (
+                "pair ok"
+                if same
+                else ("never completes" if verdict == "hang" else "wrong pair")
+            )
+            svg.text(
+                x + 6,
+                top + 26 + BOX_H + 16,
+                label,
+                size=10,
+                fill=PALETTE["accent"] if same else colour,
+            )
     return svg.to_string()

@@ -44,48 +44,95 @@ class Slider:
     A range is of ints when ``min``, ``max``, ``step`` and ``default`` all are.
     """
 
-    def __init__(self, name, label=None, *, min=None, max=None, step=None, default=None, options=None, unit=""):
+    def __init__(
+        self,
+        name,
+        label=None,
+        *,
+        min=None,
+        max=None,
+        step=None,
+        default=None,
+        options=None,
+        unit="",
+    ):
         self.name, self.label, self.unit = name, label or name, unit
         if not name.isidentifier():
-            raise ValueError(f"slider name {name!r} must be the name of a render() argument")
+            raise ValueError(
+                f"slider name {name!r} must be the name of a render() argument"
+            )
         if options is not None:
-            pairs = [o if isinstance(o, (tuple, list)) else (str(o), o) for o in options]
+            pairs = [
+                o if isinstance(o, (tuple, list)) else (str(o), o) for o in options
+            ]
             if not pairs:
-                raise ValueError(f"slider {name!r}: options is empty; give at least one value")
+                raise ValueError(
+                    f"slider {name!r}: options is empty; give at least one value"
+                )
             self.labels = [str(label_) for label_, _ in pairs]
             self.options = [value for _, value in pairs]
-            json.dumps(self.options)  # raises TypeError on values the browser cannot receive
-            self.kind, self.default = "options", self.options[0] if default is None else default
+            json.dumps(
+                self.options
+            )  # raises TypeError on values the browser cannot receive
+            self.kind, self.default = (
+                "options",
+                self.options[0] if default is None else default,
+            )
             if self.default not in self.options:
-                raise ValueError(f"slider {name!r}: default {default!r} is not one of the options {self.options}")
+                raise ValueError(
+                    f"slider {name!r}: default {default!r} is not one of the options {self.options}"
+                )
             return
         if None in (min, max, step):
-            raise ValueError(f"slider {name!r} needs min, max and step, or options=[...]")
+            raise ValueError(
+                f"slider {name!r} needs min, max and step, or options=[...]"
+            )
         if not (step > 0 and max > min):
-            raise ValueError(f"slider {name!r}: need step > 0 and max > min, got min={min}, max={max}, step={step}")
+            raise ValueError(
+                f"slider {name!r}: need step > 0 and max > min, got min={min}, max={max}, step={step}"
+            )
         default = min if default is None else default
-        is_int = all(isinstance(v, int) and not isinstance(v, bool) for v in (min, max, step, default))
+        is_int = all(
+            isinstance(v, int) and not isinstance(v, bool)
+            for v in (min, max, step, default)
+        )
         self.kind = "int" if is_int else "float"
-        self.decimals = 0 if is_int else len(f"{float(step):.10f}".rstrip("0").split(".")[1])
-        if not is_int:  # ends on the step's decimals, so that 3 * 0.1 is 0.3 here and in the browser
-            min, max, step = round(float(min), self.decimals), round(float(max), self.decimals), float(step)
+        self.decimals = (
+            0 if is_int else len(f"{float(step):.10f}".rstrip("0").split(".")[1])
+        )
+        # ends on the step's decimals, so that 3 * 0.1 is 0.3 here and in the browser
+        if not is_int:
+            min, max, step = (
+                round(float(min), self.decimals),
+                round(float(max), self.decimals),
+                float(step),
+            )
             default = round(float(default), self.decimals)
         self.min, self.max, self.step = min, max, step
         if not (min <= default <= max):
-            raise ValueError(f"slider {name!r}: default {default} is outside [{min}, {max}]")
+            raise ValueError(
+                f"slider {name!r}: default {default} is outside [{min}, {max}]"
+            )
         self.default = self.value_at(default)
 
     def value_at(self, position):
-        """The value at a slider position: an option's index, or a number snapped to the step and range.
+        """The value at a slider position: an option's index, or a number snapped to the
+        step and range.
 
         Jupyter and the browser both pass their raw positions through here, so
         both call ``render`` with exactly the same values.
         """
         if self.kind == "options":
-            return self.options[max(0, min(int(round(float(position))), len(self.options) - 1))]
+            return self.options[
+                max(0, min(int(round(float(position))), len(self.options) - 1))
+            ]
         k = round((float(position) - self.min) / self.step)
         value = min(max(self.min + k * self.step, self.min), self.max)
-        return int(round(value)) if self.kind == "int" else round(float(value), self.decimals)
+        return (
+            int(round(value))
+            if self.kind == "int"
+            else round(float(value), self.decimals)
+        )
 
     def position_of(self, value):
         """The slider position that shows ``value``."""
@@ -99,35 +146,67 @@ class Slider:
         return f"{number} {self.unit}".strip()
 
     def spec(self):
-        """The slider as JSON-ready data, for the browser (:meth:`from_spec` rebuilds it)."""
+        """The slider as JSON-ready data, for the browser (:meth:`from_spec` rebuilds
+        it)."""
         if self.kind == "options":
-            return {"name": self.name, "label": self.label, "kind": "options", "default": self.default,
-                    "options": [[label, value] for label, value in zip(self.labels, self.options)]}
-        return {"name": self.name, "label": self.label, "kind": self.kind, "min": self.min, "max": self.max,
-                "step": self.step, "default": self.default, "decimals": self.decimals, "unit": self.unit}
+            return {
+                "name": self.name,
+                "label": self.label,
+                "kind": "options",
+                "default": self.default,
+                "options": [
+                    [label, value] for label, value in zip(self.labels, self.options)
+                ],
+            }
+        return {
+            "name": self.name,
+            "label": self.label,
+            "kind": self.kind,
+            "min": self.min,
+            "max": self.max,
+            "step": self.step,
+            "default": self.default,
+            "decimals": self.decimals,
+            "unit": self.unit,
+        }
 
     @classmethod
     def from_spec(cls, spec):
         """A Slider from :meth:`spec` data."""
         if spec["kind"] == "options":
-            return cls(spec["name"], spec["label"], options=[tuple(o) for o in spec["options"]],
-                       default=spec["default"])
-        return cls(spec["name"], spec["label"], min=spec["min"], max=spec["max"], step=spec["step"],
-                   default=spec["default"], unit=spec.get("unit", ""))
+            return cls(
+                spec["name"],
+                spec["label"],
+                options=[tuple(o) for o in spec["options"]],
+                default=spec["default"],
+            )
+        return cls(
+            spec["name"],
+            spec["label"],
+            min=spec["min"],
+            max=spec["max"],
+            step=spec["step"],
+            default=spec["default"],
+            unit=spec.get("unit", ""),
+        )
 
     def __repr__(self):
         return f"Slider({self.name!r}, default={self.default!r})"
 
 
 def render_positions(module, function, specs_json, positions_json):
-    """Render ``module.function`` at slider positions given as JSON (what the browser calls).
+    """Render ``module.function`` at slider positions given as JSON (what the browser
+    calls).
 
     ``positions_json`` maps slider names to raw positions; missing names take
     their defaults.
     """
     sliders = [Slider.from_spec(spec) for spec in json.loads(specs_json)]
     positions = json.loads(positions_json)
-    values = {s.name: s.value_at(positions[s.name]) if s.name in positions else s.default for s in sliders}
+    values = {
+        s.name: s.value_at(positions[s.name]) if s.name in positions else s.default
+        for s in sliders
+    }
     return getattr(importlib.import_module(module), function)(**values)
 
 
@@ -143,7 +222,9 @@ class LiveFigure:
 
     def __init__(self, render, sliders, *, in_browser=True):
         if not callable(render):
-            raise TypeError(f"render must be a function returning an SVG string, got {type(render).__name__}")
+            raise TypeError(
+                f"render must be a function returning an SVG string, got {type(render).__name__}"
+            )
         self.render = render
         self.sliders = [s if isinstance(s, Slider) else Slider(**s) for s in sliders]
         names = [s.name for s in self.sliders]
@@ -153,29 +234,40 @@ class LiveFigure:
         takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
         missing = [n for n in names if n not in params and not takes_any]
         if missing:
-            raise ValueError(f"{render.__name__}() has no argument(s) {missing}; name each slider after an argument")
+            raise ValueError(
+                f"{render.__name__}() has no argument(s) {missing}; name each slider after an argument"
+            )
         self.module, self.function = render.__module__, render.__qualname__
-        self.modules = None  # mylib modules the browser needs; None: no interactivity on the static site
+        # mylib modules the browser needs; None: no interactivity on the static site
+        self.modules = None
         if in_browser:
             if not self.module.startswith("mylib.") or "." in self.function:
                 raise ValueError(
                     f"{self.module}.{self.function} cannot run on the static site: the render function must be "
                     f"a module-level function in a mylib module (standard library only). Move it there, or pass "
-                    f"in_browser=False to keep it interactive in Jupyter only.")
-            self.modules = sorted(set(browser.module_closure(self.module)) | set(browser.module_closure(__name__)))
+                    f"in_browser=False to keep it interactive in Jupyter only."
+                )
+            self.modules = sorted(
+                set(browser.module_closure(self.module))
+                | set(browser.module_closure(__name__))
+            )
         self.values = {s.name: s.default for s in self.sliders}
         self.redraw_s = []  # seconds each Jupyter redraw took (render + widget update)
         self._widget = None
 
     def svg(self, **values):
-        """The drawing for the current values, overridden by ``values`` (names are checked)."""
+        """The drawing for the current values, overridden by ``values`` (names are
+        checked)."""
         unknown = set(values) - set(self.values)
         if unknown:
-            raise ValueError(f"unknown slider(s) {sorted(unknown)}; the sliders are {list(self.values)}")
+            raise ValueError(
+                f"unknown slider(s) {sorted(unknown)}; the sliders are {list(self.values)}"
+            )
         return self.render(**{**self.values, **values})
 
     def static_html(self):
-        """The static twin: default drawing, HTML range inputs, and what the browser needs to redraw."""
+        """The static twin: default drawing, HTML range inputs, and what the browser
+        needs to redraw."""
         controls = []
         for s in self.sliders:
             default = s.default
@@ -187,19 +279,26 @@ class LiveFigure:
             controls.append(
                 f'<label class="livefig-control"><span class="livefig-label">{html.escape(s.label)}</span>'
                 f'<input type="range" name="{s.name}" {rng}{disabled} aria-label="{html.escape(s.label)}">'
-                f'<output class="livefig-readout">{html.escape(s.text(default))}</output></label>')
+                f'<output class="livefig-readout">{html.escape(s.text(default))}</output></label>'
+            )
         if self.modules:
-            data = (f' data-module="{self.module}" data-function="{self.function}"'
-                    f' data-modules="{html.escape(json.dumps(self.modules))}"')
-            note = (f"Move a slider: the book's own Python (<code>{self.module}.{self.function}</code>) redraws "
-                    f"the figure in your browser. The first move loads Python, which takes a few seconds.")
+            data = (
+                f' data-module="{self.module}" data-function="{self.function}"'
+                f' data-modules="{html.escape(json.dumps(self.modules))}"'
+            )
+            note = (
+                f"Move a slider: the book's own Python (<code>{self.module}.{self.function}</code>) redraws "
+                f"the figure in your browser. The first move loads Python, which takes a few seconds."
+            )
         else:
             data, note = "", "Run this chapter in Jupyter to move the sliders."
         specs = html.escape(json.dumps([s.spec() for s in self.sliders]))
-        return (f'<div class="livefig" data-state="static" data-renders="0"{data} data-sliders="{specs}">'
-                f'<div class="livefig-controls">{"".join(controls)}</div>'
-                f'<div class="livefig-figure">{self.svg()}</div>'
-                f'<p class="livefig-status">{note}</p></div>')
+        return (
+            f'<div class="livefig" data-state="static" data-renders="0"{data} data-sliders="{specs}">'
+            f'<div class="livefig-controls">{"".join(controls)}</div>'
+            f'<div class="livefig-figure">{self.svg()}</div>'
+            f'<p class="livefig-status">{note}</p></div>'
+        )
 
     def widget(self):
         """The ipywidgets view (built once): sliders above the drawing."""
@@ -211,19 +310,42 @@ class LiveFigure:
         controls = []
         for s in self.sliders:
             label = f"{s.label} ({s.unit})" if s.unit else s.label
-            common = dict(description=label, continuous_update=True, style={"description_width": "12em"},
-                          layout=widgets.Layout(width="460px"))
+            common = dict(
+                description=label,
+                continuous_update=True,
+                style={"description_width": "12em"},
+                layout=widgets.Layout(width="460px"),
+            )
             if s.kind == "options":
-                w = widgets.SelectionSlider(options=list(zip(s.labels, s.options)), value=s.default, **common)
+                w = widgets.SelectionSlider(
+                    options=list(zip(s.labels, s.options)), value=s.default, **common
+                )
             elif s.kind == "int":
-                w = widgets.IntSlider(min=s.min, max=s.max, step=s.step, value=s.default, **common)
+                w = widgets.IntSlider(
+                    min=s.min, max=s.max, step=s.step, value=s.default, **common
+                )
             else:
-                w = widgets.FloatSlider(min=s.min, max=s.max, step=s.step, value=s.default,
-                                        readout_format=f".{s.decimals}f", **common)
+                w = widgets.FloatSlider(
+                    min=s.min,
+                    max=s.max,
+                    step=s.step,
+                    value=s.default,
+                    readout_format=f".{s.decimals}f",
+                    **common,
+                )
             w.observe(self._redraw_from(s, w, drawing), names="value")
             controls.append(w)
-        self._widget = widgets.VBox([widgets.GridBox(controls, layout=widgets.Layout(
-            grid_template_columns="repeat(auto-fill, 470px)")), drawing])
+        self._widget = widgets.VBox(
+            [
+                widgets.GridBox(
+                    controls,
+                    layout=widgets.Layout(
+                        grid_template_columns="repeat(auto-fill, 470px)"
+                    ),
+                ),
+                drawing,
+            ]
+        )
         self._widget.drawing = drawing
         return self._widget
 
@@ -234,6 +356,7 @@ class LiveFigure:
             self.values[slider.name] = slider.value_at(position)
             drawing.value = self.svg()
             self.redraw_s.append(time.perf_counter() - start)
+
         return redraw
 
     def _repr_mimebundle_(self, include=None, exclude=None):

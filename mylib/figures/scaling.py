@@ -19,9 +19,16 @@ static site runs this very function in the reader's browser.
 
 import math
 
-from mylib.models.buckets import MB
-from mylib.models.scaling import WEAK, comm_bound_ranks, ring_limit_s, scaled_step, scaling_table, transformer_like_layers
 from mylib.figures.svg import PALETTE, Svg, format_seconds
+from mylib.models.buckets import MB
+from mylib.models.scaling import (
+    WEAK,
+    comm_bound_ranks,
+    ring_limit_s,
+    scaled_step,
+    scaling_table,
+    transformer_like_layers,
+)
 
 MAX_RANKS = 1024
 COMM_BOUND_FILL = "#fde0c5"
@@ -48,112 +55,301 @@ class _Axes:
         s = self.svg
         for k in range(0, int(math.log2(MAX_RANKS)) + 1):
             if k % 2 == 0:
-                s.line(self.px(2 ** k), self.y, self.px(2 ** k), self.y + self.h, stroke=PALETTE["grid"])
-                s.text(self.px(2 ** k), self.y + self.h + 14, str(2 ** k), size=10, anchor="middle",
-                       fill=PALETTE["muted"])
+                s.line(
+                    self.px(2**k),
+                    self.y,
+                    self.px(2**k),
+                    self.y + self.h,
+                    stroke=PALETTE["grid"],
+                )
+                s.text(
+                    self.px(2**k),
+                    self.y + self.h + 14,
+                    str(2**k),
+                    size=10,
+                    anchor="middle",
+                    fill=PALETTE["muted"],
+                )
         for v in y_ticks:
-            s.line(self.x, self.py(v), self.x + self.w, self.py(v), stroke=PALETTE["grid"])
-            s.text(self.x - 4, self.py(v) + 3, y_format(v), size=10, anchor="end", fill=PALETTE["muted"])
+            s.line(
+                self.x, self.py(v), self.x + self.w, self.py(v), stroke=PALETTE["grid"]
+            )
+            s.text(
+                self.x - 4,
+                self.py(v) + 3,
+                y_format(v),
+                size=10,
+                anchor="end",
+                fill=PALETTE["muted"],
+            )
         s.rect(self.x, self.y, self.w, self.h, fill="none", stroke=PALETTE["muted"])
-        s.text(self.x + self.w / 2, self.y + self.h + 30, "ranks n (log scale)", size=11, anchor="middle")
+        s.text(
+            self.x + self.w / 2,
+            self.y + self.h + 30,
+            "ranks n (log scale)",
+            size=11,
+            anchor="middle",
+        )
         s.text(self.x, self.y - 8, y_label, size=11)
 
     def curve(self, points, stroke, width=2, dash="none", metric=None):
         coords = " ".join(f"{self.px(n):.1f},{self.py(v):.1f}" for n, v in points)
         extra = f' data-metric="{metric}"' if metric else ""
-        self.svg.raw(f'<polyline points="{coords}" fill="none" stroke="{stroke}" stroke-width="{width}" '
-                     f'stroke-dasharray="{dash}"{extra}/>')
+        self.svg.raw(
+            f'<polyline points="{coords}" fill="none" stroke="{stroke}" stroke-width="{width}" '
+            f'stroke-dasharray="{dash}"{extra}/>'
+        )
 
 
 def _layers(global_batch, backward_ms_per_sample, grad_gb):
     backward_s = global_batch * backward_ms_per_sample * 1e-3
-    return transformer_like_layers(grad_gb * 1e9, backward_s), FORWARD_PER_BACKWARD * backward_s
+    return transformer_like_layers(
+        grad_gb * 1e9, backward_s
+    ), FORWARD_PER_BACKWARD * backward_s
 
 
-def scaling_rows(global_batch=1024, backward_ms_per_sample=50.0, grad_gb=14.0, bandwidth_gb_s=50.0, alpha_us=5.0,
-                 bucket_cap_mb=25.0, ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)):
-    """The figure's data: :func:`mylib.models.scaling.scaling_table` rows at a fixed global batch, with ``batch_per_rank``.
+def scaling_rows(
+    global_batch=1024,
+    backward_ms_per_sample=50.0,
+    grad_gb=14.0,
+    bandwidth_gb_s=50.0,
+    alpha_us=5.0,
+    bucket_cap_mb=25.0,
+    ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+):
+    """The figure's data: :func:`mylib.models.scaling.scaling_table` rows at a fixed
+    global batch, with ``batch_per_rank``.
 
     The backward of the whole global batch on one rank is ``global_batch x
     backward_ms_per_sample``; a forward costs half that. Rank counts beyond the
     global batch (less than one sample per rank) are left out.
     """
     layers, forward_s = _layers(global_batch, backward_ms_per_sample, grad_gb)
-    rows = scaling_table(layers, [n for n in ranks if n <= global_batch], alpha_us * 1e-6, bandwidth_gb_s * 1e9,
-                         bucket_cap_mb * MB, forward_s=forward_s)
+    rows = scaling_table(
+        layers,
+        [n for n in ranks if n <= global_batch],
+        alpha_us * 1e-6,
+        bandwidth_gb_s * 1e9,
+        bucket_cap_mb * MB,
+        forward_s=forward_s,
+    )
     for row in rows:
         row["batch_per_rank"] = global_batch / row["ranks"]
     return rows
 
 
-def weak_efficiency(batch_per_rank, ranks, backward_ms_per_sample, grad_gb, bandwidth_gb_s, alpha_us, bucket_cap_mb):
-    """Efficiency at a fixed batch per rank: one rank's step on that batch over the step on ``ranks`` ranks."""
+def weak_efficiency(
+    batch_per_rank,
+    ranks,
+    backward_ms_per_sample,
+    grad_gb,
+    bandwidth_gb_s,
+    alpha_us,
+    bucket_cap_mb,
+):
+    """Efficiency at a fixed batch per rank: one rank's step on that batch over the step
+    on ``ranks`` ranks."""
     layers, forward_s = _layers(batch_per_rank, backward_ms_per_sample, grad_gb)
     args = (alpha_us * 1e-6, bandwidth_gb_s * 1e9, bucket_cap_mb * MB)
     one = scaled_step(layers, 1, *args, mode=WEAK, forward_s=forward_s)
-    return one.step_s / scaled_step(layers, ranks, *args, mode=WEAK, forward_s=forward_s).step_s
+    return (
+        one.step_s
+        / scaled_step(layers, ranks, *args, mode=WEAK, forward_s=forward_s).step_s
+    )
 
 
-def scaling_figure(ranks=64, global_batch=1024, backward_ms_per_sample=50.0, grad_gb=14.0, bandwidth_gb_s=50.0,
-                   alpha_us=5.0, bucket_cap_mb=25.0):
-    """SVG: step time and efficiency against rank count at a fixed global batch, numbers at ``ranks``."""
-    if not (1 <= ranks <= MAX_RANKS and global_batch >= 1 and grad_gb > 0 and bandwidth_gb_s > 0):
-        raise ValueError("need 1 <= ranks <= 1024, global_batch >= 1, grad_gb > 0 and bandwidth_gb_s > 0")
-    rows = scaling_rows(global_batch, backward_ms_per_sample, grad_gb, bandwidth_gb_s, alpha_us, bucket_cap_mb)
+def scaling_figure(
+    ranks=64,
+    global_batch=1024,
+    backward_ms_per_sample=50.0,
+    grad_gb=14.0,
+    bandwidth_gb_s=50.0,
+    alpha_us=5.0,
+    bucket_cap_mb=25.0,
+):
+    """SVG: step time and efficiency against rank count at a fixed global batch, numbers
+    at ``ranks``."""
+    if not (
+        1 <= ranks <= MAX_RANKS
+        and global_batch >= 1
+        and grad_gb > 0
+        and bandwidth_gb_s > 0
+    ):
+        raise ValueError(
+            "need 1 <= ranks <= 1024, global_batch >= 1, grad_gb > 0 and bandwidth_gb_s > 0"
+        )
+    rows = scaling_rows(
+        global_batch,
+        backward_ms_per_sample,
+        grad_gb,
+        bandwidth_gb_s,
+        alpha_us,
+        bucket_cap_mb,
+    )
     ranks = min(ranks, rows[-1]["ranks"])
     at = next(r for r in rows if r["ranks"] >= ranks)
     layers, _ = _layers(global_batch, backward_ms_per_sample, grad_gb)
-    bound = comm_bound_ranks(layers, alpha_us * 1e-6, bandwidth_gb_s * 1e9, bucket_cap_mb * MB, max_ranks=MAX_RANKS)
-    weak = [(r["ranks"], weak_efficiency(at["batch_per_rank"], r["ranks"], backward_ms_per_sample, grad_gb,
-                                         bandwidth_gb_s, alpha_us, bucket_cap_mb)) for r in rows]
+    bound = comm_bound_ranks(
+        layers,
+        alpha_us * 1e-6,
+        bandwidth_gb_s * 1e9,
+        bucket_cap_mb * MB,
+        max_ranks=MAX_RANKS,
+    )
+    weak = [
+        (
+            r["ranks"],
+            weak_efficiency(
+                at["batch_per_rank"],
+                r["ranks"],
+                backward_ms_per_sample,
+                grad_gb,
+                bandwidth_gb_s,
+                alpha_us,
+                bucket_cap_mb,
+            ),
+        )
+        for r in rows
+    ]
     weak_at = dict(weak)[at["ranks"]]
 
-    svg = Svg(820, 420, label=f"scaling efficiency at {at['ranks']} ranks: {at['efficiency']:.0%}")
-    values = [v for r in rows for v in (r["backward_s"], r["step_s"]) + ((r["comm_s"],) if r["ranks"] > 1 else ())]
-    ylim = (10 ** math.floor(math.log10(min(values))), 10 ** math.ceil(math.log10(max(values))))
+    svg = Svg(
+        820,
+        420,
+        label=f"scaling efficiency at {at['ranks']} ranks: {at['efficiency']:.0%}",
+    )
+    values = [
+        v
+        for r in rows
+        for v in (r["backward_s"], r["step_s"])
+        + ((r["comm_s"],) if r["ranks"] > 1 else ())
+    ]
+    ylim = (
+        10 ** math.floor(math.log10(min(values))),
+        10 ** math.ceil(math.log10(max(values))),
+    )
     left = _Axes(svg, 70, 40, 330, 240, ylim)
     if bound is not None:
-        svg.rect(left.px(bound), left.y, left.x + left.w - left.px(bound), left.h, fill=COMM_BOUND_FILL)
+        svg.rect(
+            left.px(bound),
+            left.y,
+            left.x + left.w - left.px(bound),
+            left.h,
+            fill=COMM_BOUND_FILL,
+        )
         if left.x + left.w - left.px(bound) > 70:
-            svg.text(left.x + left.w - 6, left.y + 16, "communication-bound", size=11, anchor="end", fill="#a65d1f")
+            svg.text(
+                left.x + left.w - 6,
+                left.y + 16,
+                "communication-bound",
+                size=11,
+                anchor="end",
+                fill="#a65d1f",
+            )
     decades = list(range(int(round(left.ylim[0])), int(round(left.ylim[1])) + 1))
     every = max(1, math.ceil(len(decades) / 6))
-    left.frame("time per step, one rank", [10.0 ** k for k in decades[::every]], lambda v: format_seconds(v, 1))
-    left.curve([(r["ranks"], r["backward_s"]) for r in rows], PALETTE["compute"], metric="backward")
-    left.curve([(r["ranks"], r["comm_s"]) for r in rows if r["ranks"] > 1], PALETTE["comm"], metric="comm")
-    left.curve([(r["ranks"], r["step_s"]) for r in rows], PALETTE["text"], width=2.5, dash="6 3", metric="step")
-    for i, (label, colour) in enumerate((("backward (hides the all-reduce)", PALETTE["compute"]),
-                                         ("all-reduces of the buckets", PALETTE["comm"]),
-                                         ("step (timeline model)", PALETTE["text"]))):
-        y = left.y + left.h - 44 + 14 * i  # bottom left: the curves start high at one rank
+    left.frame(
+        "time per step, one rank",
+        [10.0**k for k in decades[::every]],
+        lambda v: format_seconds(v, 1),
+    )
+    left.curve(
+        [(r["ranks"], r["backward_s"]) for r in rows],
+        PALETTE["compute"],
+        metric="backward",
+    )
+    left.curve(
+        [(r["ranks"], r["comm_s"]) for r in rows if r["ranks"] > 1],
+        PALETTE["comm"],
+        metric="comm",
+    )
+    left.curve(
+        [(r["ranks"], r["step_s"]) for r in rows],
+        PALETTE["text"],
+        width=2.5,
+        dash="6 3",
+        metric="step",
+    )
+    for i, (label, colour) in enumerate(
+        (
+            ("backward (hides the all-reduce)", PALETTE["compute"]),
+            ("all-reduces of the buckets", PALETTE["comm"]),
+            ("step (timeline model)", PALETTE["text"]),
+        )
+    ):
+        y = (
+            left.y + left.h - 44 + 14 * i
+        )  # bottom left: the curves start high at one rank
         svg.line(left.x + 8, y, left.x + 26, y, stroke=colour, stroke_width=2.5)
         svg.text(left.x + 30, y + 4, label, size=10)
 
     right = _Axes(svg, 470, 40, 320, 240, (0.0, 1.05), log_y=False)
-    right.frame("efficiency = speed-up / n", [0.0, 0.25, 0.5, 0.75, 1.0], lambda v: f"{v:.0%}")
-    right.curve([(r["ranks"], r["efficiency"]) for r in rows], PALETTE["accent"], metric="efficiency")
+    right.frame(
+        "efficiency = speed-up / n", [0.0, 0.25, 0.5, 0.75, 1.0], lambda v: f"{v:.0%}"
+    )
+    right.curve(
+        [(r["ranks"], r["efficiency"]) for r in rows],
+        PALETTE["accent"],
+        metric="efficiency",
+    )
     right.curve(weak, PALETTE["muted"], dash="5 4", metric="weak_efficiency")
-    svg.text(right.x + 8, right.y + right.h - 24, f"global batch fixed at {global_batch}", size=10,
-             fill=PALETTE["accent"])
-    svg.text(right.x + 8, right.y + right.h - 10, f"- - batch per rank fixed at {at['batch_per_rank']:g}", size=10,
-             fill=PALETTE["muted"])
+    svg.text(
+        right.x + 8,
+        right.y + right.h - 24,
+        f"global batch fixed at {global_batch}",
+        size=10,
+        fill=PALETTE["accent"],
+    )
+    svg.text(
+        right.x + 8,
+        right.y + right.h - 10,
+        f"- - batch per rank fixed at {at['batch_per_rank']:g}",
+        size=10,
+        fill=PALETTE["muted"],
+    )
     for axes, value in ((left, at["step_s"]), (right, at["efficiency"])):
-        svg.line(axes.px(at["ranks"]), axes.y, axes.px(at["ranks"]), axes.y + axes.h, stroke=PALETTE["text"],
-                 stroke_dasharray="2 3")
-        svg.raw(f'<circle cx="{axes.px(at["ranks"]):.1f}" cy="{axes.py(value):.1f}" r="5" fill="{PALETTE["comm"]}" '
-                f'stroke="{PALETTE["text"]}"/>')
+        svg.line(
+            axes.px(at["ranks"]),
+            axes.y,
+            axes.px(at["ranks"]),
+            axes.y + axes.h,
+            stroke=PALETTE["text"],
+            stroke_dasharray="2 3",
+        )
+        svg.raw(
+            f'<circle cx="{axes.px(at["ranks"]):.1f}" cy="{axes.py(value):.1f}" r="5" fill="{PALETTE["comm"]}" '
+            f'stroke="{PALETTE["text"]}"/>'
+        )
 
     lines = [
-        (f"{at['ranks']} ranks, {at['batch_per_rank']:g} samples each: compute {format_seconds(at['compute_s'])}, "
-         f"all-reduces {format_seconds(at['comm_s'])}, exposed {format_seconds(at['exposed_comm_s'])}, "
-         f"step {format_seconds(at['step_s'])}: efficiency {at['efficiency']:.0%}", "summary"),
-        ((f"Communication-bound from {bound} ranks (one rank's backward < its all-reduces); " if bound else
-          "Never communication-bound up to 1024 ranks; ") +
-         f"bandwidth term → 2G/β = {format_seconds(ring_limit_s(grad_gb * 1e9, bandwidth_gb_s * 1e9))}",
-         "bound"),
-        (f"Keeping {at['batch_per_rank']:g} samples per rank instead (the global batch grows): efficiency "
-         f"{weak_at:.0%} at {at['ranks']} ranks", "weak"),
+        (
+            f"{at['ranks']} ranks, {at['batch_per_rank']:g} samples each: compute {format_seconds(at['compute_s'])}, "
+            f"all-reduces {format_seconds(at['comm_s'])}, exposed {format_seconds(at['exposed_comm_s'])}, "
+            f"step {format_seconds(at['step_s'])}: efficiency {at['efficiency']:.0%}",
+            "summary",
+        ),
+        (
+            (
+                f"Communication-bound from {bound} ranks (one rank's backward < its all-reduces); "
+                if bound
+                else "Never communication-bound up to 1024 ranks; "
+            )
+            + f"bandwidth term → 2G/β = {format_seconds(ring_limit_s(grad_gb * 1e9, bandwidth_gb_s * 1e9))}",
+            "bound",
+        ),
+        (
+            f"Keeping {at['batch_per_rank']:g} samples per rank instead (the global batch grows): efficiency "
+            f"{weak_at:.0%} at {at['ranks']} ranks",
+            "weak",
+        ),
     ]
     for i, (text, metric) in enumerate(lines):
-        svg.text(20, 354 + 18 * i, text, size=12, weight="bold" if i == 0 else None, data_metric=metric)
+        svg.text(
+            20,
+            354 + 18 * i,
+            text,
+            size=12,
+            weight="bold" if i == 0 else None,
+            data_metric=metric,
+        )
     return svg.to_string()

@@ -41,7 +41,7 @@ def _num(x):
     return "0" if text in ("-0", "") else text
 
 
-_NEEDS_QUOTING = set('&<>"\'\n\r\t')
+_NEEDS_QUOTING = set("&<>\"'\n\r\t")
 
 
 def _attrs(attrs):
@@ -51,8 +51,13 @@ def _attrs(attrs):
             continue
         name = key.rstrip("_").replace("_", "-")
         text = _num(value) if isinstance(value, float) else str(value)
-        # Most values are numbers and colours: quote them directly, escape only what needs it.
-        parts.append(f" {name}={quoteattr(text)}" if _NEEDS_QUOTING.intersection(text) else f' {name}="{text}"')
+        # Most values are numbers and colours: quote them directly, escape only what
+        # needs it.
+        parts.append(
+            f" {name}={quoteattr(text)}"
+            if _NEEDS_QUOTING.intersection(text)
+            else f' {name}="{text}"'
+        )
     return "".join(parts)
 
 
@@ -83,19 +88,61 @@ class Svg:
         """A filled rectangle (zero or negative widths are drawn as nothing)."""
         if width <= 0 or height <= 0:
             return
-        self._element("rect", {"x": float(x), "y": float(y), "width": float(width), "height": float(height),
-                               "fill": fill, **attrs}, title)
+        self._element(
+            "rect",
+            {
+                "x": float(x),
+                "y": float(y),
+                "width": float(width),
+                "height": float(height),
+                "fill": fill,
+                **attrs,
+            },
+            title,
+        )
 
     def line(self, x1, y1, x2, y2, *, stroke=PALETTE["muted"], stroke_width=1, **attrs):
         """A straight line."""
-        self._element("line", {"x1": float(x1), "y1": float(y1), "x2": float(x2), "y2": float(y2),
-                               "stroke": stroke, "stroke_width": stroke_width, **attrs})
+        self._element(
+            "line",
+            {
+                "x1": float(x1),
+                "y1": float(y1),
+                "x2": float(x2),
+                "y2": float(y2),
+                "stroke": stroke,
+                "stroke_width": stroke_width,
+                **attrs,
+            },
+        )
 
-    def text(self, x, y, content, *, size=None, anchor="start", weight=None, fill=PALETTE["text"], **attrs):
-        """Text whose baseline starts (``anchor="start"``), is centred (``"middle"``) or ends at x."""
-        self._element("text", {"x": float(x), "y": float(y), "font_size": size or self.font_size,
-                               "text_anchor": anchor, "font_weight": weight, "fill": fill, **attrs},
-                      body=escape(str(content)))
+    def text(
+        self,
+        x,
+        y,
+        content,
+        *,
+        size=None,
+        anchor="start",
+        weight=None,
+        fill=PALETTE["text"],
+        **attrs,
+    ):
+        """Text whose baseline starts (``anchor="start"``), is centred (``"middle"``) or
+        ends at x."""
+        self._element(
+            "text",
+            {
+                "x": float(x),
+                "y": float(y),
+                "font_size": size or self.font_size,
+                "text_anchor": anchor,
+                "font_weight": weight,
+                "fill": fill,
+                **attrs,
+            },
+            body=escape(str(content)),
+        )
 
     def raw(self, markup):
         """Insert ready-made SVG markup (for example another figure's elements)."""
@@ -107,7 +154,7 @@ class Svg:
         return (
             f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_num(self.width)} {_num(self.height)}" '
             f'width="100%" style="max-width:{_num(self.width)}px;height:auto" '
-            f'font-family={quoteattr(FONT)}{label}>' + "".join(self.parts) + "</svg>"
+            f"font-family={quoteattr(FONT)}{label}>" + "".join(self.parts) + "</svg>"
         )
 
 
@@ -130,7 +177,8 @@ class SvgFigure:
 
 
 def nice_step(span, target_ticks=5):
-    """A round tick spacing (1, 2 or 5 times a power of ten) giving about ``target_ticks`` ticks."""
+    """A round tick spacing (1, 2 or 5 times a power of ten) giving about
+    ``target_ticks`` ticks."""
     if span <= 0:
         return 1.0
     raw = span / max(target_ticks, 1)
@@ -155,30 +203,46 @@ def format_seconds(seconds, digits=3):
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if magnitude >= scale or unit == "us":
             value = seconds / scale
-            decimals = max(digits - 1 - int(math.floor(math.log10(abs(value)))), 0) if value else 0
+            decimals = (
+                max(digits - 1 - int(math.floor(math.log10(abs(value)))), 0)
+                if value
+                else 0
+            )
             return f"{value:.{decimals}f} {unit}"
     raise AssertionError("unreachable")
 
 
 def time_axis(fig, x_of, t_max, top, grid_bottom, label_y):
-    """Vertical grid lines from ``top`` to ``grid_bottom`` at round times, labelled at ``label_y``.
+    """Vertical grid lines from ``top`` to ``grid_bottom`` at round times, labelled at
+    ``label_y``.
 
     The time axis every timeline drawing shares; ``x_of`` maps seconds to x.
     """
     for tick in ticks(0, t_max):
         fig.line(x_of(tick), top, x_of(tick), grid_bottom, stroke=PALETTE["grid"])
-        fig.text(x_of(tick), label_y, format_seconds(tick, digits=2) if tick else "0", anchor="middle", size=10,
-                 fill=PALETTE["muted"])
+        fig.text(
+            x_of(tick),
+            label_y,
+            format_seconds(tick, digits=2) if tick else "0",
+            anchor="middle",
+            size=10,
+            fill=PALETTE["muted"],
+        )
 
 
 def format_bytes(nbytes, digits=3):
-    """A size in binary units: ``512 B``, ``16.0 KB``, ``25.0 MB``, ``1.50 GB`` (1 MB = 2**20 bytes)."""
+    """A size in binary units: ``512 B``, ``16.0 KB``, ``25.0 MB``, ``1.50 GB`` (1 MB =
+    2**20 bytes)."""
     value = float(nbytes)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(value) < 1024 or unit == "TB":
             if unit == "B":
                 return f"{int(value)} B"
-            decimals = max(digits - 1 - int(math.floor(math.log10(abs(value)))), 0) if value else 0
+            decimals = (
+                max(digits - 1 - int(math.floor(math.log10(abs(value)))), 0)
+                if value
+                else 0
+            )
             return f"{value:.{decimals}f} {unit}"
         value /= 1024
     raise AssertionError("unreachable")

@@ -7,55 +7,97 @@ on one time axis, each micro-step marked and its exposed communication
 framed in red. Standard library only: it runs in the reader's browser.
 """
 
+from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds, time_axis
+from mylib.figures.timeline import span_fill
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
 from mylib.models.layers import linear_layers
 from mylib.models.timeline_accum import accumulation_step
-from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds, time_axis
-from mylib.figures.timeline import span_fill
 
 LEFT, PANEL_W, LANE_H, LANE_GAP, ROW_H = 78, 200, 16, 4, 74
-HIDDEN = 2048  # the figure's layers are Linear(2048, 2048) in fp32: a 16 MB weight and an 8 KB bias
+# the figure's layers are Linear(2048, 2048) in fp32: a 16 MB weight and an 8 KB bias
+HIDDEN = 2048
 
 
 def _draw_row(fig, timeline, k, y, x_of, width):
     fig.text(LEFT, y + 12, timeline.name, size=12, weight="bold")
-    lane_y = {lane: y + 18 + i * (LANE_H + LANE_GAP) for i, lane in enumerate(timeline.lanes)}
+    lane_y = {
+        lane: y + 18 + i * (LANE_H + LANE_GAP) for i, lane in enumerate(timeline.lanes)
+    }
     for lane, ly in lane_y.items():
         fig.rect(x_of(0), ly, x_of(timeline.step_s) - x_of(0), LANE_H, fill="#f4f4f4")
-        fig.text(LEFT - 6, ly + LANE_H - 4, lane, anchor="end", size=11, fill=PALETTE["muted"])
+        fig.text(
+            LEFT - 6,
+            ly + LANE_H - 4,
+            lane,
+            anchor="end",
+            size=11,
+            fill=PALETTE["muted"],
+        )
     counters = {}
     for span in timeline.spans:
         i = counters[span.lane] = counters.get(span.lane, -1) + 1
         size = f", {span.nbytes / MB:.3g} MB" if span.nbytes else ""
-        fig.rect(x_of(span.start_s), lane_y[span.lane], max(x_of(span.end_s) - x_of(span.start_s), 0.6), LANE_H,
-                 fill=span_fill(span, i), title=f"{span.label}: {span.kind}{size}, {format_seconds(span.start_s)} "
-                                            f"to {format_seconds(span.end_s)}")
-    # Each micro-step's exposed tail: from its backward's end to its last all-reduce's end.
+        fig.rect(
+            x_of(span.start_s),
+            lane_y[span.lane],
+            max(x_of(span.end_s) - x_of(span.start_s), 0.6),
+            LANE_H,
+            fill=span_fill(span, i),
+            title=f"{span.label}: {span.kind}{size}, {format_seconds(span.start_s)} "
+            f"to {format_seconds(span.end_s)}",
+        )
+    # Each micro-step's exposed tail: from its backward's end to its last all-reduce's
+    # end.
     ends = timeline.micro_starts_s[1:] + [timeline.step_s]
     for j, (start, end) in enumerate(zip(timeline.micro_starts_s, ends)):
-        fig.line(x_of(start), y + 15, x_of(start), y + 18 + 2 * (LANE_H + LANE_GAP), stroke=PALETTE["text"],
-                 stroke_dasharray="2,2")
+        fig.line(
+            x_of(start),
+            y + 15,
+            x_of(start),
+            y + 18 + 2 * (LANE_H + LANE_GAP),
+            stroke=PALETTE["text"],
+            stroke_dasharray="2,2",
+        )
         inside = [s for s in timeline.spans if start <= s.start_s < end]
         backward_end = max(s.end_s for s in inside if s.kind == "backward")
-        comm_end = max((s.end_s for s in inside if s.kind == "allreduce"), default=backward_end)
+        comm_end = max(
+            (s.end_s for s in inside if s.kind == "allreduce"), default=backward_end
+        )
         if comm_end > backward_end:
-            fig.rect(x_of(backward_end), lane_y[tl.COMM] - 2, x_of(comm_end) - x_of(backward_end), LANE_H + 4,
-                     fill="none", stroke=PALETTE["exposed"], stroke_width=2,
-                     title=f"micro-step {j + 1}: communication exposed for {format_seconds(comm_end - backward_end)}")
-    lines = [("step_s", "optimizer step", format_seconds(timeline.step_s)),
-             ("exposed_comm_s", "exposed comm", format_seconds(timeline.exposed_comm_s)),
-             ("n_allreduces", "all-reduces", str(timeline.n_allreduces)),
-             ("bytes_sent", "sent per rank", format_bytes(timeline.bytes_sent))]
+            fig.rect(
+                x_of(backward_end),
+                lane_y[tl.COMM] - 2,
+                x_of(comm_end) - x_of(backward_end),
+                LANE_H + 4,
+                fill="none",
+                stroke=PALETTE["exposed"],
+                stroke_width=2,
+                title=f"micro-step {j + 1}: communication exposed for {format_seconds(comm_end - backward_end)}",
+            )
+    lines = [
+        ("step_s", "optimizer step", format_seconds(timeline.step_s)),
+        ("exposed_comm_s", "exposed comm", format_seconds(timeline.exposed_comm_s)),
+        ("n_allreduces", "all-reduces", str(timeline.n_allreduces)),
+        ("bytes_sent", "sent per rank", format_bytes(timeline.bytes_sent)),
+    ]
     for j, (key, label, text) in enumerate(lines):
         warn = key == "exposed_comm_s" and timeline.exposed_comm_s > 0
-        fig.text(width - PANEL_W + 12, y + 14 + j * 14, f"{label}: {text}", size=11,
-                 fill=PALETTE["exposed"] if warn else PALETTE["text"],
-                 data_timeline=k, data_metric=key, data_value=repr(getattr(timeline, key)))
+        fig.text(
+            width - PANEL_W + 12,
+            y + 14 + j * 14,
+            f"{label}: {text}",
+            size=11,
+            fill=PALETTE["exposed"] if warn else PALETTE["text"],
+            data_timeline=k,
+            data_metric=key,
+            data_value=repr(getattr(timeline, key)),
+        )
 
 
 def draw_accumulation(timelines, *, width=900, title=None):
-    """One SVG of accumulation timelines on a shared time axis, with each micro-step marked."""
+    """One SVG of accumulation timelines on a shared time axis, with each micro-step
+    marked."""
     timelines = list(timelines)
     if not timelines:
         raise ValueError("draw_accumulation needs at least one AccumulationTimeline")
@@ -70,16 +112,31 @@ def draw_accumulation(timelines, *, width=900, title=None):
         return LEFT + plot_w * t / t_max
 
     time_axis(fig, x_of, t_max, top, height - 36, height - 22)
-    fig.text(LEFT + plot_w / 2, height - 8, "time since the optimizer step began (dashed: a micro-step starts; "
-             "red: communication the compute waits for)", anchor="middle", size=10, fill=PALETTE["muted"])
+    fig.text(
+        LEFT + plot_w / 2,
+        height - 8,
+        "time since the optimizer step began (dashed: a micro-step starts; "
+        "red: communication the compute waits for)",
+        anchor="middle",
+        size=10,
+        fill=PALETTE["muted"],
+    )
     for k, timeline in enumerate(timelines):
         _draw_row(fig, timeline, k, top + k * ROW_H, x_of, width)
     return fig.to_string()
 
 
-def accumulation_timelines(micro_steps=4, n_layers=12, bucket_cap_mb=25.0, bandwidth_gb_s=5.0,
-                           backward_ms_per_layer=3.0, ranks=8, latency_us=20.0):
-    """The figure's two timelines: with no_sync, and with an all-reduce after every micro-step.
+def accumulation_timelines(
+    micro_steps=4,
+    n_layers=12,
+    bucket_cap_mb=25.0,
+    bandwidth_gb_s=5.0,
+    backward_ms_per_layer=3.0,
+    ranks=8,
+    latency_us=20.0,
+):
+    """The figure's two timelines: with no_sync, and with an all-reduce after every
+    micro-step.
 
     Layers are Linear(2048, 2048) in fp32 (16 MB of gradient each); each
     micro-step's forward takes half its backward.
@@ -87,29 +144,80 @@ def accumulation_timelines(micro_steps=4, n_layers=12, bucket_cap_mb=25.0, bandw
     layers = linear_layers(n_layers, HIDDEN, backward_ms_per_layer)
     link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
     forward_s = 0.5 * sum(layer.backward_s for layer in layers)
-    return [accumulation_step(layers, bucket_cap_mb * MB, link, micro_steps, no_sync=flag, forward_s=forward_s)
-            for flag in (True, False)]
+    return [
+        accumulation_step(
+            layers,
+            bucket_cap_mb * MB,
+            link,
+            micro_steps,
+            no_sync=flag,
+            forward_s=forward_s,
+        )
+        for flag in (True, False)
+    ]
 
 
-def accumulation_figure(micro_steps=4, n_layers=12, bucket_cap_mb=25.0, bandwidth_gb_s=5.0,
-                        backward_ms_per_layer=3.0, ranks=8):
-    """Chapter 4's figure: one optimizer step with and without no_sync, for one set of slider values (SVG)."""
-    rows = accumulation_timelines(micro_steps, n_layers, bucket_cap_mb, bandwidth_gb_s, backward_ms_per_layer, ranks)
-    grads = sum(layer.nbytes for layer in linear_layers(n_layers, HIDDEN, backward_ms_per_layer))
-    title = (f"{micro_steps} micro-steps per optimizer step, {n_layers} layers ({format_bytes(grads)} of gradients), "
-             f"{ranks} ranks, {bandwidth_gb_s:g} GB/s")
+def accumulation_figure(
+    micro_steps=4,
+    n_layers=12,
+    bucket_cap_mb=25.0,
+    bandwidth_gb_s=5.0,
+    backward_ms_per_layer=3.0,
+    ranks=8,
+):
+    """Chapter 4's figure: one optimizer step with and without no_sync, for one set of
+    slider values (SVG)."""
+    rows = accumulation_timelines(
+        micro_steps,
+        n_layers,
+        bucket_cap_mb,
+        bandwidth_gb_s,
+        backward_ms_per_layer,
+        ranks,
+    )
+    grads = sum(
+        layer.nbytes for layer in linear_layers(n_layers, HIDDEN, backward_ms_per_layer)
+    )
+    title = (
+        f"{micro_steps} micro-steps per optimizer step, {n_layers} layers ({format_bytes(grads)} of gradients), "
+        f"{ranks} ranks, {bandwidth_gb_s:g} GB/s"
+    )
     return draw_accumulation(rows, title=title)
 
 
 ACCUMULATION_SLIDERS = [
     dict(name="micro_steps", label="micro-steps (m)", min=1, max=8, step=1, default=4),
     dict(name="n_layers", label="layers", min=2, max=48, step=1, default=12),
-    dict(name="bucket_cap_mb", label="bucket cap",
-         options=[("0: per parameter", 0.0)] + [(f"{c:g} MB", c) for c in (5.0, 25.0, 100.0, 400.0)], default=25.0),
-    dict(name="bandwidth_gb_s", label="bandwidth",
-         options=[(f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0)], default=5.0),
-    dict(name="backward_ms_per_layer", label="backward per layer", min=0.5, max=10.0, step=0.5, default=3.0,
-         unit="ms"),
-    dict(name="ranks", label="ranks", options=[(str(n), n) for n in (2, 4, 8, 16, 64, 256)], default=8),
+    dict(
+        name="bucket_cap_mb",
+        label="bucket cap",
+        options=[("0: per parameter", 0.0)]
+        + [(f"{c:g} MB", c) for c in (5.0, 25.0, 100.0, 400.0)],
+        default=25.0,
+    ),
+    dict(
+        name="bandwidth_gb_s",
+        label="bandwidth",
+        options=[
+            (f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0)
+        ],
+        default=5.0,
+    ),
+    dict(
+        name="backward_ms_per_layer",
+        label="backward per layer",
+        min=0.5,
+        max=10.0,
+        step=0.5,
+        default=3.0,
+        unit="ms",
+    ),
+    dict(
+        name="ranks",
+        label="ranks",
+        options=[(str(n), n) for n in (2, 4, 8, 16, 64, 256)],
+        default=8,
+    ),
 ]
-"""The sliders of the chapter's ``LiveFigure(accumulation_figure, ACCUMULATION_SLIDERS)``."""
+"""The sliders of the chapter's ``LiveFigure(accumulation_figure,
+ACCUMULATION_SLIDERS)``."""

@@ -6,43 +6,104 @@ draws the three timelines on one time axis. Standard library only: it runs
 in the reader's browser.
 """
 
+from mylib.figures.svg import format_bytes
+from mylib.figures.timeline import draw_timelines
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
 from mylib.models.timeline_compress import compressed_layers
-from mylib.figures.svg import format_bytes
-from mylib.figures.timeline import draw_timelines
 
 
-def compression_timelines(n_layers=12, hidden=4096, rank=4, ranks=16, bandwidth_gb_s=10.0, backward_ms_per_layer=8.0,
-                          latency_us=20.0, bucket_cap_mb=25.0):
-    """One DDP step three ways: fp32, bf16 and PowerSGD at ``rank`` on the wire (chapter 3's model)."""
+def compression_timelines(
+    n_layers=12,
+    hidden=4096,
+    rank=4,
+    ranks=16,
+    bandwidth_gb_s=10.0,
+    backward_ms_per_layer=8.0,
+    latency_us=20.0,
+    bucket_cap_mb=25.0,
+):
+    """One DDP step three ways: fp32, bf16 and PowerSGD at ``rank`` on the wire (chapter
+    3's model)."""
     link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
     rows = []
-    for scheme, label in (("fp32", "fp32 (default hook)"), ("bf16", "bf16 hook"),
-                          ("powersgd", f"PowerSGD, rank {rank}")):
-        layers = compressed_layers(n_layers, hidden, backward_ms_per_layer, scheme, rank)
+    for scheme, label in (
+        ("fp32", "fp32 (default hook)"),
+        ("bf16", "bf16 hook"),
+        ("powersgd", f"PowerSGD, rank {rank}"),
+    ):
+        layers = compressed_layers(
+            n_layers, hidden, backward_ms_per_layer, scheme, rank
+        )
         sent = sum(layer.nbytes for layer in layers)
-        rows.append(tl.simulate(layers, bucket_cap_mb * MB, link,
-                                name=f"{label}: {format_bytes(sent)} into the all-reduces"))
+        rows.append(
+            tl.simulate(
+                layers,
+                bucket_cap_mb * MB,
+                link,
+                name=f"{label}: {format_bytes(sent)} into the all-reduces",
+            )
+        )
     return rows
 
 
-def compression_figure(n_layers=12, hidden=4096, rank=4, ranks=16, bandwidth_gb_s=10.0, backward_ms_per_layer=8.0):
-    """Chapter 5's figure: the step's timeline with fp32, bf16 and PowerSGD on the wire (an SVG string)."""
-    rows = compression_timelines(n_layers, hidden, rank, ranks, bandwidth_gb_s, backward_ms_per_layer)
-    title = (f"{n_layers} x Linear({hidden}, {hidden}), {ranks} ranks, {bandwidth_gb_s:g} GB/s, "
-             f"{backward_ms_per_layer:g} ms of backward per layer")
+def compression_figure(
+    n_layers=12,
+    hidden=4096,
+    rank=4,
+    ranks=16,
+    bandwidth_gb_s=10.0,
+    backward_ms_per_layer=8.0,
+):
+    """Chapter 5's figure: the step's timeline with fp32, bf16 and PowerSGD on the wire
+    (an SVG string)."""
+    rows = compression_timelines(
+        n_layers, hidden, rank, ranks, bandwidth_gb_s, backward_ms_per_layer
+    )
+    title = (
+        f"{n_layers} x Linear({hidden}, {hidden}), {ranks} ranks, {bandwidth_gb_s:g} GB/s, "
+        f"{backward_ms_per_layer:g} ms of backward per layer"
+    )
     return draw_timelines(rows, title=title)
 
 
 COMPRESSION_SLIDERS = [
     dict(name="n_layers", label="layers", min=2, max=48, step=1, default=12),
-    dict(name="hidden", label="layer width", options=[(str(h), h) for h in (1024, 2048, 4096, 8192)], default=4096),
-    dict(name="rank", label="PowerSGD rank", options=[(str(r), r) for r in (1, 2, 4, 8, 16, 32, 64)], default=4),
-    dict(name="ranks", label="ranks", options=[(str(n), n) for n in (2, 4, 8, 16, 64, 256)], default=16),
-    dict(name="bandwidth_gb_s", label="bandwidth",
-         options=[(f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0)], default=10.0),
-    dict(name="backward_ms_per_layer", label="backward per layer", min=1.0, max=20.0, step=1.0, default=8.0,
-         unit="ms"),
+    dict(
+        name="hidden",
+        label="layer width",
+        options=[(str(h), h) for h in (1024, 2048, 4096, 8192)],
+        default=4096,
+    ),
+    dict(
+        name="rank",
+        label="PowerSGD rank",
+        options=[(str(r), r) for r in (1, 2, 4, 8, 16, 32, 64)],
+        default=4,
+    ),
+    dict(
+        name="ranks",
+        label="ranks",
+        options=[(str(n), n) for n in (2, 4, 8, 16, 64, 256)],
+        default=16,
+    ),
+    dict(
+        name="bandwidth_gb_s",
+        label="bandwidth",
+        options=[
+            (f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0)
+        ],
+        default=10.0,
+    ),
+    dict(
+        name="backward_ms_per_layer",
+        label="backward per layer",
+        min=1.0,
+        max=20.0,
+        step=1.0,
+        default=8.0,
+        unit="ms",
+    ),
 ]
-"""The sliders of the chapter's ``LiveFigure(compression_figure, COMPRESSION_SLIDERS)``."""
+"""The sliders of the chapter's ``LiveFigure(compression_figure, COMPRESSION_SLIDERS)``.
+"""

@@ -1,4 +1,5 @@
-"""Chapter 6's timeline figure: one step of DDP, ZeRO-3 without prefetch and ZeRO-3 with prefetch.
+"""Chapter 6's timeline figure: one step of DDP, ZeRO-3 without prefetch and ZeRO-3 with
+prefetch.
 
 :func:`zero3_timeline_figure` is the render function of the chapter's
 :class:`mylib.figures.livefig.LiveFigure`. Three rows share one time axis, each a
@@ -9,33 +10,55 @@ parameter bytes whole at once. Each number also sits in the SVG as
 ``data-metric``/``data-value`` attributes. Standard library only (Pyodide).
 """
 
-from mylib.models import timeline as tl
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
+from mylib.models import timeline as tl
 from mylib.models.timeline_zero3 import zero3_step
 
 LANE_H, LANE_GAP, ROW_H, LEFT, PANEL_W = 16, 4, 62, 78, 214
-FILLS = {"forward": PALETTE["forward"], "backward": PALETTE["compute"], "optimizer": PALETTE["optimizer"],
-         "allreduce": PALETTE["comm"], "reducescatter": PALETTE["comm_alt"], "allgather": PALETTE["accent"]}
-SENT_SHARE = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}  # x (n-1)/n x bytes, ring algorithms
+FILLS = {
+    "forward": PALETTE["forward"],
+    "backward": PALETTE["compute"],
+    "optimizer": PALETTE["optimizer"],
+    "allreduce": PALETTE["comm"],
+    "reducescatter": PALETTE["comm_alt"],
+    "allgather": PALETTE["accent"],
+}
+SENT_SHARE = {
+    "allreduce": 2.0,
+    "reducescatter": 1.0,
+    "allgather": 1.0,
+}  # x (n-1)/n x bytes, ring algorithms
 
 
 def row_numbers(timeline, ranks, model_bytes):
-    """What a row's panel prints: step, waiting, bytes sent per rank, most parameter bytes whole at once."""
+    """What a row's panel prints: step, waiting, bytes sent per rank, most parameter
+    bytes whole at once."""
     compute = sum(s.duration_s for s in timeline.spans if s.lane == tl.COMPUTE)
-    sent = sum(SENT_SHARE[s.kind] * (ranks - 1) / ranks * s.nbytes for s in timeline.spans if s.lane == tl.COMM)
-    return {"step_s": timeline.step_s, "waiting_s": timeline.step_s - compute, "sent_bytes": sent,
-            "whole_bytes": getattr(timeline, "peak_gathered_bytes", model_bytes)}
+    sent = sum(
+        SENT_SHARE[s.kind] * (ranks - 1) / ranks * s.nbytes
+        for s in timeline.spans
+        if s.lane == tl.COMM
+    )
+    return {
+        "step_s": timeline.step_s,
+        "waiting_s": timeline.step_s - compute,
+        "sent_bytes": sent,
+        "whole_bytes": getattr(timeline, "peak_gathered_bytes", model_bytes),
+    }
 
 
 def decimal_bytes(nbytes):
-    """``4.20 GB`` or ``200 MB``: decimal units (10^9, 10^6), like the chapter's GB/s and its memory model."""
+    """``4.20 GB`` or ``200 MB``: decimal units (10^9, 10^6), like the chapter's GB/s
+    and its memory model."""
     return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.0f} MB"
 
 
 def _idle(spans, end):
     """Stretches of the compute lane with nothing on it, before ``end``."""
     gaps, reach = [], 0.0
-    for s in sorted((s for s in spans if s.lane == tl.COMPUTE), key=lambda s: s.start_s):
+    for s in sorted(
+        (s for s in spans if s.lane == tl.COMPUTE), key=lambda s: s.start_s
+    ):
         if s.start_s > reach + 1e-12:
             gaps.append((reach, s.start_s))
         reach = max(reach, s.end_s)
@@ -44,9 +67,15 @@ def _idle(spans, end):
     return gaps
 
 
-def zero3_timeline_figure(n_layers=12, params_per_layer_m=100, bandwidth_gb_s=50.0, backward_ms_per_layer=10.0,
-                          ranks=8):
-    """SVG: a DDP step and a ZeRO-3 step with and without prefetch, for bf16 layers of ``params_per_layer_m`` M.
+def zero3_timeline_figure(
+    n_layers=12,
+    params_per_layer_m=100,
+    bandwidth_gb_s=50.0,
+    backward_ms_per_layer=10.0,
+    ranks=8,
+):
+    """SVG: a DDP step and a ZeRO-3 step with and without prefetch, for bf16 layers of
+    ``params_per_layer_m`` M.
 
     Forward takes half the backward; DDP uses 25 MB buckets; latency is 20 us
     per message; bandwidth in GB/s (10^9 bytes/s).
@@ -55,15 +84,28 @@ def zero3_timeline_figure(n_layers=12, params_per_layer_m=100, bandwidth_gb_s=50
     layers = tl.uniform_layers(n_layers, layer_bytes, backward_ms_per_layer * 1e-3)
     link = tl.Link(ranks, 20e-6, bandwidth_gb_s * 1e9)
     forward_s = 0.5 * backward_ms_per_layer * 1e-3 * n_layers
-    rows = [tl.simulate(layers, 25 * 2 ** 20, link, forward_s=forward_s, name="DDP (25 MB buckets)"),
-            zero3_step(layers, link, prefetch=False), zero3_step(layers, link, prefetch=True)]
+    rows = [
+        tl.simulate(
+            layers, 25 * 2**20, link, forward_s=forward_s, name="DDP (25 MB buckets)"
+        ),
+        zero3_step(layers, link, prefetch=False),
+        zero3_step(layers, link, prefetch=True),
+    ]
     width, top = 900, 26
     height = top + len(rows) * ROW_H + 58
     t_max = max(r.step_s for r in rows)
     plot_w = width - LEFT - PANEL_W
-    fig = Svg(width, height, label="one step of DDP and of ZeRO-3 without and with prefetch")
-    fig.text(LEFT, 16, f"{n_layers} layers of {params_per_layer_m:g}M parameters (bf16), {ranks} ranks, "
-             f"{bandwidth_gb_s:g} GB/s, backward {backward_ms_per_layer:g} ms per layer", size=13, weight="bold")
+    fig = Svg(
+        width, height, label="one step of DDP and of ZeRO-3 without and with prefetch"
+    )
+    fig.text(
+        LEFT,
+        16,
+        f"{n_layers} layers of {params_per_layer_m:g}M parameters (bf16), {ranks} ranks, "
+        f"{bandwidth_gb_s:g} GB/s, backward {backward_ms_per_layer:g} ms per layer",
+        size=13,
+        weight="bold",
+    )
 
     def x_of(t):
         return LEFT + plot_w * t / t_max
@@ -75,27 +117,63 @@ def zero3_timeline_figure(n_layers=12, params_per_layer_m=100, bandwidth_gb_s=50
         for j, lane in enumerate((tl.COMPUTE, tl.COMM)):
             ly = y + 18 + j * (LANE_H + LANE_GAP)
             fig.rect(x_of(0), ly, x_of(row.step_s) - x_of(0), LANE_H, fill="#f4f4f4")
-            fig.text(LEFT - 6, ly + LANE_H - 4, lane, anchor="end", size=11, fill=PALETTE["muted"])
+            fig.text(
+                LEFT - 6,
+                ly + LANE_H - 4,
+                lane,
+                anchor="end",
+                size=11,
+                fill=PALETTE["muted"],
+            )
             for i, s in enumerate(x for x in row.spans if x.lane == lane):
-                fig.rect(x_of(s.start_s), ly, max(x_of(s.end_s) - x_of(s.start_s), 0.6), LANE_H,
-                         fill=FILLS.get(s.kind, PALETTE["idle"]), opacity=0.75 if i % 2 else None,
-                         title=f"{s.label or s.kind}: {format_seconds(s.start_s)} to {format_seconds(s.end_s)}")
+                fig.rect(
+                    x_of(s.start_s),
+                    ly,
+                    max(x_of(s.end_s) - x_of(s.start_s), 0.6),
+                    LANE_H,
+                    fill=FILLS.get(s.kind, PALETTE["idle"]),
+                    opacity=0.75 if i % 2 else None,
+                    title=f"{s.label or s.kind}: {format_seconds(s.start_s)} to {format_seconds(s.end_s)}",
+                )
             if lane == tl.COMPUTE:
                 for a, b in _idle(row.spans, row.step_s):
-                    fig.rect(x_of(a), ly, x_of(b) - x_of(a), LANE_H, fill=PALETTE["exposed"], opacity=0.35,
-                             title=f"waiting for communication: {format_seconds(b - a)}")
+                    fig.rect(
+                        x_of(a),
+                        ly,
+                        x_of(b) - x_of(a),
+                        LANE_H,
+                        fill=PALETTE["exposed"],
+                        opacity=0.35,
+                        title=f"waiting for communication: {format_seconds(b - a)}",
+                    )
         numbers = row_numbers(row, ranks, layer_bytes * n_layers)
-        texts = [("step_s", f"step {format_seconds(numbers['step_s'])}"),
-                 ("waiting_s", f"waiting for comm {format_seconds(numbers['waiting_s'])}"),
-                 ("sent_bytes", f"sent per rank {decimal_bytes(numbers['sent_bytes'])}"),
-                 ("whole_bytes", f"whole at once {decimal_bytes(numbers['whole_bytes'])}")]
+        texts = [
+            ("step_s", f"step {format_seconds(numbers['step_s'])}"),
+            ("waiting_s", f"waiting for comm {format_seconds(numbers['waiting_s'])}"),
+            ("sent_bytes", f"sent per rank {decimal_bytes(numbers['sent_bytes'])}"),
+            ("whole_bytes", f"whole at once {decimal_bytes(numbers['whole_bytes'])}"),
+        ]
         for j, (key, text) in enumerate(texts):
-            fig.text(width - PANEL_W + 12, y + 12 + j * 13, text, size=11,
-                     fill=PALETTE["exposed"] if key == "waiting_s" and numbers[key] > 0.05 * numbers["step_s"]
-                     else PALETTE["text"], data_row=k, data_metric=key, data_value=repr(numbers[key]))
+            fig.text(
+                width - PANEL_W + 12,
+                y + 12 + j * 13,
+                text,
+                size=11,
+                fill=PALETTE["exposed"]
+                if key == "waiting_s" and numbers[key] > 0.05 * numbers["step_s"]
+                else PALETTE["text"],
+                data_row=k,
+                data_metric=key,
+                data_value=repr(numbers[key]),
+            )
     x = LEFT
-    for label, kind in (("forward", "forward"), ("backward", "backward"), ("all-gather", "allgather"),
-                        ("reduce-scatter", "reducescatter"), ("all-reduce", "allreduce")):
+    for label, kind in (
+        ("forward", "forward"),
+        ("backward", "backward"),
+        ("all-gather", "allgather"),
+        ("reduce-scatter", "reducescatter"),
+        ("all-reduce", "allreduce"),
+    ):
         fig.rect(x, height - 17, 10, 10, fill=FILLS[kind])
         fig.text(x + 14, height - 8, label, size=10, fill=PALETTE["muted"])
         x += 30 + 5.6 * len(label)
@@ -104,14 +182,37 @@ def zero3_timeline_figure(n_layers=12, params_per_layer_m=100, bandwidth_gb_s=50
     return fig.to_string()
 
 
-# The sliders of the chapter's LiveFigure(zero3_timeline_figure, ZERO3_TIMELINE_SLIDERS).
+# The sliders of the chapter's LiveFigure(zero3_timeline_figure,
+# ZERO3_TIMELINE_SLIDERS).
 ZERO3_TIMELINE_SLIDERS = [
     dict(name="n_layers", label="layers", min=2, max=48, step=1, default=12),
-    dict(name="params_per_layer_m", label="parameters per layer",
-         options=[(f"{m:g}M", m) for m in (10, 25, 50, 100, 200, 500, 1000)], default=100),
-    dict(name="bandwidth_gb_s", label="bandwidth",
-         options=[(f"{b:g} GB/s", b) for b in (5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)], default=50.0),
-    dict(name="backward_ms_per_layer", label="backward per layer", min=1.0, max=40.0, step=1.0, default=10.0,
-         unit="ms"),
-    dict(name="ranks", label="ranks", options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)], default=8),
+    dict(
+        name="params_per_layer_m",
+        label="parameters per layer",
+        options=[(f"{m:g}M", m) for m in (10, 25, 50, 100, 200, 500, 1000)],
+        default=100,
+    ),
+    dict(
+        name="bandwidth_gb_s",
+        label="bandwidth",
+        options=[
+            (f"{b:g} GB/s", b) for b in (5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)
+        ],
+        default=50.0,
+    ),
+    dict(
+        name="backward_ms_per_layer",
+        label="backward per layer",
+        min=1.0,
+        max=40.0,
+        step=1.0,
+        default=10.0,
+        unit="ms",
+    ),
+    dict(
+        name="ranks",
+        label="ranks",
+        options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)],
+        default=8,
+    ),
 ]

@@ -55,21 +55,30 @@ class MemoryPerRank:
 
     def gb(self):
         """The same numbers in GB (10^9 bytes), as a dict."""
-        return {"params": self.params / GB, "grads": self.grads / GB,
-                "optimizer": self.optimizer / GB, "total": self.total / GB}
+        return {
+            "params": self.params / GB,
+            "grads": self.grads / GB,
+            "optimizer": self.optimizer / GB,
+            "total": self.total / GB,
+        }
 
 
 def _check(num_params, world_size, stage):
     if not num_params >= 0:
         raise ValueError(f"num_params must be >= 0, got {num_params!r}")
     if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
+        raise ValueError(
+            f"world_size must be a positive int (the number of ranks), got {world_size!r}"
+        )
     if stage not in STAGES:
-        raise ValueError(f"stage must be one of {STAGES} (0 = DDP, 1-3 = ZeRO stages), got {stage!r}")
+        raise ValueError(
+            f"stage must be one of {STAGES} (0 = DDP, 1-3 = ZeRO stages), got {stage!r}"
+        )
 
 
-def memory_per_rank(num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K,
-                    param_bytes=2, grad_bytes=2):
+def memory_per_rank(
+    num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K, param_bytes=2, grad_bytes=2
+):
     """Bytes of parameters, gradients and optimizer state on one rank.
 
     ``stage`` is 0 for DDP (nothing sharded) or the ZeRO stage 1, 2 or 3.
@@ -83,9 +92,11 @@ def memory_per_rank(num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K,
     """
     _check(num_params, world_size, stage)
     if k < 0 or param_bytes <= 0 or grad_bytes <= 0:
-        raise ValueError(f"need k >= 0 and positive element sizes, got "
-                         f"k={k}, param_bytes={param_bytes}, "
-                         f"grad_bytes={grad_bytes}")
+        raise ValueError(
+            f"need k >= 0 and positive element sizes, got "
+            f"k={k}, param_bytes={param_bytes}, "
+            f"grad_bytes={grad_bytes}"
+        )
     n = world_size
     return MemoryPerRank(
         params=param_bytes * num_params / (n if stage >= 3 else 1),
@@ -94,7 +105,14 @@ def memory_per_rank(num_params, world_size, stage, k=ADAM_MIXED_PRECISION_K,
     )
 
 
-def comm_per_step(num_params, world_size, stage, param_bytes=2, grad_bytes=2, zero1_after_all_reduce=False):
+def comm_per_step(
+    num_params,
+    world_size,
+    stage,
+    param_bytes=2,
+    grad_bytes=2,
+    zero1_after_all_reduce=False,
+):
     """Bytes one rank sends per training step, by collective, with ring algorithms.
 
     DDP: all-reduce of the gradients. ZeRO-1 and ZeRO-2: reduce-scatter of
@@ -107,7 +125,9 @@ def comm_per_step(num_params, world_size, stage, param_bytes=2, grad_bytes=2, ze
     ops named as :mod:`mylib.comm` counts them.
     """
     _check(num_params, world_size, stage)
-    ring = (world_size - 1) / world_size  # the share of a buffer each rank sends in one ring pass
+    ring = (
+        world_size - 1
+    ) / world_size  # the share of a buffer each rank sends in one ring pass
     grads = ring * num_params * grad_bytes
     params = ring * num_params * param_bytes
     if stage == 0:
@@ -120,7 +140,8 @@ def comm_per_step(num_params, world_size, stage, param_bytes=2, grad_bytes=2, ze
 
 
 def comm_volume_in_psi(stage, world_size=None):
-    """Elements sent per rank per step in units of psi: 2 for DDP, ZeRO-1 and ZeRO-2, 3 for ZeRO-3.
+    """Elements sent per rank per step in units of psi: 2 for DDP, ZeRO-1 and ZeRO-2, 3
+    for ZeRO-3.
 
     With ``world_size`` the ring's (N-1)/N factor is included; without it,
     the large-N limit that the ZeRO paper quotes.
@@ -128,17 +149,37 @@ def comm_volume_in_psi(stage, world_size=None):
     if world_size is None:
         _check(0, 1, stage)
         return 3.0 if stage == 3 else 2.0
-    return sum(comm_per_step(1.0, world_size, stage, param_bytes=1, grad_bytes=1).values())
+    return sum(
+        comm_per_step(1.0, world_size, stage, param_bytes=1, grad_bytes=1).values()
+    )
 
 
-def max_params_that_fit(memory_bytes, world_size, stage, k=ADAM_MIXED_PRECISION_K, param_bytes=2, grad_bytes=2):
-    """The largest psi whose model state fits in ``memory_bytes`` per rank (activations not counted)."""
-    per_param = memory_per_rank(1.0, world_size, stage, k, param_bytes, grad_bytes).total
+def max_params_that_fit(
+    memory_bytes,
+    world_size,
+    stage,
+    k=ADAM_MIXED_PRECISION_K,
+    param_bytes=2,
+    grad_bytes=2,
+):
+    """The largest psi whose model state fits in ``memory_bytes`` per rank (activations
+    not counted)."""
+    per_param = memory_per_rank(
+        1.0, world_size, stage, k, param_bytes, grad_bytes
+    ).total
     return memory_bytes / per_param
 
 
-def min_ranks_to_fit(num_params, stage, memory_bytes, k=ADAM_MIXED_PRECISION_K, param_bytes=2, grad_bytes=2):
-    """The fewest ranks N at which ``stage`` fits ``num_params`` in ``memory_bytes`` per rank, or None if none does.
+def min_ranks_to_fit(
+    num_params,
+    stage,
+    memory_bytes,
+    k=ADAM_MIXED_PRECISION_K,
+    param_bytes=2,
+    grad_bytes=2,
+):
+    """The fewest ranks N at which ``stage`` fits ``num_params`` in ``memory_bytes`` per
+    rank, or None if none does.
 
     Per-rank memory is ``A + B / N``: A, what every rank replicates, B what
     is sharded. It fits once ``N >= B / (memory_bytes - A)``; never when
@@ -153,6 +194,9 @@ def min_ranks_to_fit(num_params, stage, memory_bytes, k=ADAM_MIXED_PRECISION_K, 
     if replicated >= memory_bytes:
         return None
     n = max(1, int(sharded // (memory_bytes - replicated)))
-    while memory_per_rank(num_params, n, stage, k, param_bytes, grad_bytes).total > memory_bytes:
+    while (
+        memory_per_rank(num_params, n, stage, k, param_bytes, grad_bytes).total
+        > memory_bytes
+    ):
         n += 1  # the division may land one short by rounding
     return n

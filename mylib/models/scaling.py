@@ -28,7 +28,7 @@ from mylib.models.costmodel import ring_all_reduce_time
 from mylib.models.timeline import Layer, Link, simulate
 
 STRONG = "strong"  # fixed global batch: each rank computes B / n samples
-WEAK = "weak"      # fixed batch per rank: the global batch grows with n
+WEAK = "weak"  # fixed batch per rank: the global batch grows with n
 
 
 def compute_factor(ranks, mode=STRONG, cores=None):
@@ -42,7 +42,9 @@ def compute_factor(ranks, mode=STRONG, cores=None):
     if int(ranks) != ranks or ranks < 1:
         raise ValueError(f"ranks must be a whole number >= 1, got {ranks}")
     if mode not in (STRONG, WEAK):
-        raise ValueError(f"mode must be {STRONG!r} (fixed global batch) or {WEAK!r} (fixed batch per rank), got {mode!r}")
+        raise ValueError(
+            f"mode must be {STRONG!r} (fixed global batch) or {WEAK!r} (fixed batch per rank), got {mode!r}"
+        )
     factor = 1.0 / ranks if mode == STRONG else 1.0
     if cores is not None:
         if cores < 1:
@@ -52,18 +54,34 @@ def compute_factor(ranks, mode=STRONG, cores=None):
 
 
 def per_rank_layers(layers, ranks, mode=STRONG, cores=None):
-    """``layers`` (backward times on one rank, reference batch) as each of ``ranks`` ranks computes them.
+    """``layers`` (backward times on one rank, reference batch) as each of ``ranks``
+    ranks computes them.
 
     Compute is scaled by :func:`compute_factor`; gradient sizes are not:
     every rank holds and all-reduces the whole gradient.
     """
     factor = compute_factor(ranks, mode, cores)
-    return [Layer(layer.name, layer.backward_s * factor, layer.param_bytes) for layer in layers]
+    return [
+        Layer(layer.name, layer.backward_s * factor, layer.param_bytes)
+        for layer in layers
+    ]
 
 
-def scaled_step(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG,
-                forward_s=0.0, optimizer_s=0.0, cores=None, first_cap_bytes=None):
-    """The timeline of one step on ``ranks`` ranks (a :class:`mylib.models.timeline.Timeline`).
+def scaled_step(
+    layers,
+    ranks,
+    alpha_s,
+    bandwidth,
+    cap_bytes=25 * MB,
+    *,
+    mode=STRONG,
+    forward_s=0.0,
+    optimizer_s=0.0,
+    cores=None,
+    first_cap_bytes=None,
+):
+    """The timeline of one step on ``ranks`` ranks (a
+    :class:`mylib.models.timeline.Timeline`).
 
     ``layers`` are in backward order with their backward time on ONE rank for
     the reference batch (the global batch for ``mode=STRONG``); ``forward_s``
@@ -71,49 +89,90 @@ def scaled_step(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=ST
     parameter (chapter 6 shards it).
     """
     factor = compute_factor(ranks, mode, cores)
-    return simulate(per_rank_layers(layers, ranks, mode, cores), cap_bytes,
-                    Link(ranks, alpha_s, bandwidth), first_cap_bytes=first_cap_bytes,
-                    forward_s=forward_s * factor, optimizer_s=optimizer_s,
-                    name=f"{ranks} rank{'s' if ranks > 1 else ''}")
+    return simulate(
+        per_rank_layers(layers, ranks, mode, cores),
+        cap_bytes,
+        Link(ranks, alpha_s, bandwidth),
+        first_cap_bytes=first_cap_bytes,
+        forward_s=forward_s * factor,
+        optimizer_s=optimizer_s,
+        name=f"{ranks} rank{'s' if ranks > 1 else ''}",
+    )
 
 
-def scaling_table(layers, ranks_list, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG, forward_s=0.0,
-                  optimizer_s=0.0, cores=None):
-    """One row per rank count: step time, its parts, speed-up and efficiency over one rank.
+def scaling_table(
+    layers,
+    ranks_list,
+    alpha_s,
+    bandwidth,
+    cap_bytes=25 * MB,
+    *,
+    mode=STRONG,
+    forward_s=0.0,
+    optimizer_s=0.0,
+    cores=None,
+):
+    """One row per rank count: step time, its parts, speed-up and efficiency over one
+    rank.
 
-    Each row is a dict with ``ranks``, ``compute_s`` (forward + backward of one
-    rank), ``backward_s``, ``comm_s`` (the link busy with the buckets'
-    all-reduces, overlapped or not), ``exposed_comm_s``, ``step_s``, ``speedup`` and ``efficiency``. Speed-up is
-    in samples per second over one rank's: ``T(1) / T(n)`` at a fixed global
-    batch, ``n T(1) / T(n)`` at a fixed batch per rank; efficiency is speed-up / n.
+    Each row is a dict with ``ranks``, ``compute_s`` (forward + backward of one rank),
+    ``backward_s``, ``comm_s`` (the link busy with the buckets' all-reduces, overlapped
+    or not), ``exposed_comm_s``, ``step_s``, ``speedup`` and ``efficiency``. Speed-up is
+    in samples per second over one rank's: ``T(1) / T(n)`` at a fixed global batch, ``n
+    T(1) / T(n)`` at a fixed batch per rank; efficiency is speed-up / n.
     """
     ranks_list = list(ranks_list)
     if not ranks_list:
         raise ValueError("give at least one rank count, e.g. [1, 2, 4, 8]")
-    one = scaled_step(layers, 1, alpha_s, bandwidth, cap_bytes, mode=mode, forward_s=forward_s,
-                      optimizer_s=optimizer_s, cores=cores)
+    one = scaled_step(
+        layers,
+        1,
+        alpha_s,
+        bandwidth,
+        cap_bytes,
+        mode=mode,
+        forward_s=forward_s,
+        optimizer_s=optimizer_s,
+        cores=cores,
+    )
     rows = []
     for n in ranks_list:
-        t = one if n == 1 else scaled_step(layers, n, alpha_s, bandwidth, cap_bytes, mode=mode,
-                                           forward_s=forward_s, optimizer_s=optimizer_s, cores=cores)
+        t = (
+            one
+            if n == 1
+            else scaled_step(
+                layers,
+                n,
+                alpha_s,
+                bandwidth,
+                cap_bytes,
+                mode=mode,
+                forward_s=forward_s,
+                optimizer_s=optimizer_s,
+                cores=cores,
+            )
+        )
         factor = compute_factor(n, mode, cores)
         backward_s = sum(layer.backward_s for layer in layers) * factor
         speedup = one.step_s / t.step_s * (1 if mode == STRONG else n)
-        rows.append({
-            "ranks": n,
-            "compute_s": forward_s * factor + backward_s,
-            "backward_s": backward_s,
-            "comm_s": t.comm_s,
-            "exposed_comm_s": t.exposed_comm_s,
-            "step_s": t.step_s,
-            "speedup": speedup,
-            "efficiency": speedup / n,
-        })
+        rows.append(
+            {
+                "ranks": n,
+                "compute_s": forward_s * factor + backward_s,
+                "backward_s": backward_s,
+                "comm_s": t.comm_s,
+                "exposed_comm_s": t.exposed_comm_s,
+                "step_s": t.step_s,
+                "speedup": speedup,
+                "efficiency": speedup / n,
+            }
+        )
     return rows
 
 
 def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_layer=7):
-    """Layers in backward order for a what-if: ``n_layers`` blocks of equal weight matrices.
+    """Layers in backward order for a what-if: ``n_layers`` blocks of equal weight
+    matrices.
 
     ``grad_bytes`` in all and ``backward_s`` of backward compute in all, spread
     evenly; 7 tensors a block is a transformer block's query, key, value,
@@ -121,14 +180,19 @@ def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_lay
     (:mod:`mylib.tracer`).
     """
     if n_layers < 1 or tensors_per_layer < 1:
-        raise ValueError(f"need n_layers >= 1 and tensors_per_layer >= 1, got {n_layers} and {tensors_per_layer}")
+        raise ValueError(
+            f"need n_layers >= 1 and tensors_per_layer >= 1, got {n_layers} and {tensors_per_layer}"
+        )
     tensor_bytes = grad_bytes / (n_layers * tensors_per_layer)
-    return [Layer(f"block{i}", backward_s / n_layers, [tensor_bytes] * tensors_per_layer)
-            for i in reversed(range(n_layers))]
+    return [
+        Layer(f"block{i}", backward_s / n_layers, [tensor_bytes] * tensors_per_layer)
+        for i in reversed(range(n_layers))
+    ]
 
 
 def ring_limit_s(grad_bytes, bandwidth):
-    """What a ring all-reduce of ``grad_bytes`` tends to as ranks grow: ``2 G / beta`` (no latency)."""
+    """What a ring all-reduce of ``grad_bytes`` tends to as ranks grow: ``2 G / beta``
+    (no latency)."""
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
     return 2.0 * grad_bytes / bandwidth
@@ -137,11 +201,15 @@ def ring_limit_s(grad_bytes, bandwidth):
 def bucket_bytes(layers, cap_bytes=25 * MB, first_cap_bytes=None):
     """Bytes of each bucket ``MyDDP`` (and DDP) would build for these layers."""
     sizes = [b for layer in layers for b in layer.param_bytes]
-    return [sum(sizes[i] for i in bucket) for bucket in assign_buckets(sizes, cap_bytes, first_cap_bytes)]
+    return [
+        sum(sizes[i] for i in bucket)
+        for bucket in assign_buckets(sizes, cap_bytes, first_cap_bytes)
+    ]
 
 
-def bucketed_comm_s(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB,
-                    first_cap_bytes=None):
+def bucketed_comm_s(
+    layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, first_cap_bytes=None
+):
     """Seconds the link is busy per step: one ring all-reduce per bucket.
 
     ``K`` buckets of ``G`` bytes in all cost
@@ -152,8 +220,16 @@ def bucketed_comm_s(layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB,
     return sum(ring_all_reduce_time(b, ranks, alpha_s, bandwidth) for b in buckets)
 
 
-def comm_bound_ranks(layers, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRONG,
-                     cores=None, max_ranks=1 << 16):
+def comm_bound_ranks(
+    layers,
+    alpha_s,
+    bandwidth,
+    cap_bytes=25 * MB,
+    *,
+    mode=STRONG,
+    cores=None,
+    max_ranks=1 << 16,
+):
     """The smallest rank count at which one rank's backward is shorter than its comm.
 
     ``layers`` as for :func:`scaled_step`. From that rank count on, no
@@ -171,8 +247,10 @@ def comm_bound_ranks(layers, alpha_s, bandwidth, cap_bytes=25 * MB, *, mode=STRO
 
 # -- stragglers: a synchronous step waits for the slowest rank ---------------
 
+
 def synchronous_step_s(compute_s_per_rank, comm_s=0.0):
-    """Step time when every rank waits for all: the slowest rank's compute, then the communication."""
+    """Step time when every rank waits for all: the slowest rank's compute, then the
+    communication."""
     compute_s_per_rank = list(compute_s_per_rank)
     if not compute_s_per_rank:
         raise ValueError("give one compute time per rank")
@@ -187,7 +265,8 @@ def harmonic_number(n):
 
 
 def expected_slowest_delay_s(ranks, mean_delay_s):
-    """Expected delay of the slowest of ``ranks`` ranks, each delayed independently by Exp(mean).
+    """Expected delay of the slowest of ``ranks`` ranks, each delayed independently by
+    Exp(mean).
 
     The maximum of n independent exponential delays of mean ``m`` has mean
     ``m * H_n`` (1.5 m for 2 ranks, 2.08 m for 4, 5.2 m for 100): random

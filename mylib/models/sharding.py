@@ -1,4 +1,5 @@
-"""Who reads which sample: the rule of PyTorch's ``DistributedSampler``, in plain Python.
+"""Who reads which sample: the rule of PyTorch's ``DistributedSampler``, in plain
+Python.
 
 Data parallelism needs every rank to read a *disjoint* share of the data and,
 for synchronous steps, the *same number of batches*: a rank with one batch
@@ -49,31 +50,43 @@ def sampler_indices(dataset_size, world_size, rank, drop_last=False, order=None)
 
 
 def naive_indices(dataset_size, world_size, rank):
-    """The hand-rolled split: rank ``r`` takes samples ``r, r + n, r + 2n, ...`` (uneven when n does not divide N)."""
+    """The hand-rolled split: rank ``r`` takes samples ``r, r + n, r + 2n, ...`` (uneven
+    when n does not divide N)."""
     _check(dataset_size, world_size, rank)
     return list(range(rank, dataset_size, world_size))
 
 
 def batches_of(indices, batch_size, drop_last=False):
-    """``indices`` cut into batches, as a ``DataLoader(batch_size=..., drop_last=...)`` would."""
+    """``indices`` cut into batches, as a ``DataLoader(batch_size=..., drop_last=...)``
+    would."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    batches = [indices[i:i + batch_size] for i in range(0, len(indices), batch_size)]
+    batches = [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
     return [b for b in batches if len(b) == batch_size] if drop_last else batches
 
 
 def shares(dataset_size, world_size, batch_size, mode="sampler"):
-    """Every rank's batches under ``mode``: ``"naive"``, ``"sampler"`` (pads) or ``"drop_last"``."""
+    """Every rank's batches under ``mode``: ``"naive"``, ``"sampler"`` (pads) or
+    ``"drop_last"``."""
     if mode not in ("naive", "sampler", "drop_last"):
-        raise ValueError(f"mode must be 'naive', 'sampler' or 'drop_last', got {mode!r}")
-    per_rank = [naive_indices(dataset_size, world_size, r) if mode == "naive"
-                else sampler_indices(dataset_size, world_size, r, drop_last=(mode == "drop_last"))
-                for r in range(world_size)]
+        raise ValueError(
+            f"mode must be 'naive', 'sampler' or 'drop_last', got {mode!r}"
+        )
+    per_rank = [
+        naive_indices(dataset_size, world_size, r)
+        if mode == "naive"
+        else sampler_indices(
+            dataset_size, world_size, r, drop_last=(mode == "drop_last")
+        )
+        for r in range(world_size)
+    ]
     return [batches_of(indices, batch_size) for indices in per_rank]
 
 
 def _check(dataset_size, world_size, rank):
     if dataset_size < 1 or world_size < 1:
-        raise ValueError(f"need dataset_size >= 1 and world_size >= 1, got {dataset_size} and {world_size}")
+        raise ValueError(
+            f"need dataset_size >= 1 and world_size >= 1, got {dataset_size} and {world_size}"
+        )
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")

@@ -33,7 +33,8 @@ COMPUTE, COMM = "compute", "comm"  # the two lanes of a data-parallel step
 
 
 class Layer:
-    """One layer in backward order: its backward compute time and its parameters' gradient sizes.
+    """One layer in backward order: its backward compute time and its parameters'
+    gradient sizes.
 
     ``param_bytes`` lists the gradient bytes of the layer's parameters in the
     order their gradients reach DDP (for ``nn.Linear``: bias, then weight,
@@ -45,13 +46,21 @@ class Layer:
 
     def __init__(self, name, backward_s, param_bytes):
         if backward_s < 0:
-            raise ValueError(f"layer {name!r}: backward_s must be >= 0, got {backward_s}")
+            raise ValueError(
+                f"layer {name!r}: backward_s must be >= 0, got {backward_s}"
+            )
         if isinstance(param_bytes, (int, float)):
             param_bytes = (param_bytes,)
         param_bytes = tuple(int(b) for b in param_bytes)
         if any(b < 0 for b in param_bytes):
-            raise ValueError(f"layer {name!r}: gradient sizes must be >= 0 bytes, got {param_bytes}")
-        self.name, self.backward_s, self.param_bytes = name, float(backward_s), param_bytes
+            raise ValueError(
+                f"layer {name!r}: gradient sizes must be >= 0 bytes, got {param_bytes}"
+            )
+        self.name, self.backward_s, self.param_bytes = (
+            name,
+            float(backward_s),
+            param_bytes,
+        )
 
     @property
     def nbytes(self):
@@ -63,7 +72,8 @@ class Layer:
 
 
 class Link:
-    """Communication as the model sees it: the alpha-beta ring over ``ranks``, and how it shares the machine.
+    """Communication as the model sees it: the alpha-beta ring over ``ranks``, and how
+    it shares the machine.
 
     ``alpha_s`` is the latency per message (seconds), ``bandwidth`` the link
     bandwidth in bytes/s. The two stretch factors say how communication and
@@ -77,26 +87,45 @@ class Link:
 
     __slots__ = ("ranks", "alpha_s", "bandwidth", "comm_stretch", "compute_stretch")
 
-    def __init__(self, ranks, alpha_s, bandwidth, comm_stretch=1.0, compute_stretch=1.0):
+    def __init__(
+        self, ranks, alpha_s, bandwidth, comm_stretch=1.0, compute_stretch=1.0
+    ):
         if int(ranks) != ranks or ranks < 1:
             raise ValueError(f"ranks must be a whole number >= 1, got {ranks}")
         if alpha_s < 0:
-            raise ValueError(f"alpha_s (latency per message, seconds) must be >= 0, got {alpha_s}")
+            raise ValueError(
+                f"alpha_s (latency per message, seconds) must be >= 0, got {alpha_s}"
+            )
         if bandwidth <= 0:
-            raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}; e.g. 10e9 for 10 GB/s")
+            raise ValueError(
+                f"bandwidth must be > 0 bytes/s, got {bandwidth}; e.g. 10e9 for 10 GB/s"
+            )
         if comm_stretch < 1 or compute_stretch < 1:
-            raise ValueError(f"stretch factors are slowdowns and must be >= 1 (1: no interference), got "
-                             f"comm_stretch={comm_stretch}, compute_stretch={compute_stretch}")
-        self.ranks, self.alpha_s, self.bandwidth = int(ranks), float(alpha_s), float(bandwidth)
-        self.comm_stretch, self.compute_stretch = float(comm_stretch), float(compute_stretch)
+            raise ValueError(
+                f"stretch factors are slowdowns and must be >= 1 (1: no interference), got "
+                f"comm_stretch={comm_stretch}, compute_stretch={compute_stretch}"
+            )
+        self.ranks, self.alpha_s, self.bandwidth = (
+            int(ranks),
+            float(alpha_s),
+            float(bandwidth),
+        )
+        self.comm_stretch, self.compute_stretch = (
+            float(comm_stretch),
+            float(compute_stretch),
+        )
 
     def allreduce_s(self, nbytes):
-        """Seconds for a ring all-reduce of ``nbytes`` on an idle machine: 2(n-1) alpha + 2(n-1)/n x bytes / bandwidth."""
+        """Seconds for a ring all-reduce of ``nbytes`` on an idle machine: 2(n-1) alpha
+        + 2(n-1)/n x bytes / bandwidth."""
         return ring_all_reduce_time(nbytes, self.ranks, self.alpha_s, self.bandwidth)
 
     def __repr__(self):
-        stretch = (f", comm_stretch={self.comm_stretch:g}, compute_stretch={self.compute_stretch:g}"
-                   if (self.comm_stretch, self.compute_stretch) != (1.0, 1.0) else "")
+        stretch = (
+            f", comm_stretch={self.comm_stretch:g}, compute_stretch={self.compute_stretch:g}"
+            if (self.comm_stretch, self.compute_stretch) != (1.0, 1.0)
+            else ""
+        )
         return f"Link(ranks={self.ranks}, alpha_s={self.alpha_s:g}, bandwidth={self.bandwidth:g}{stretch})"
 
 
@@ -109,9 +138,20 @@ class Span:
     describe an all-reduce.
     """
 
-    __slots__ = ("lane", "kind", "start_s", "end_s", "label", "bucket", "nbytes", "ready_s")
+    __slots__ = (
+        "lane",
+        "kind",
+        "start_s",
+        "end_s",
+        "label",
+        "bucket",
+        "nbytes",
+        "ready_s",
+    )
 
-    def __init__(self, lane, kind, start_s, end_s, label="", bucket=None, nbytes=0, ready_s=None):
+    def __init__(
+        self, lane, kind, start_s, end_s, label="", bucket=None, nbytes=0, ready_s=None
+    ):
         self.lane, self.kind, self.label = lane, kind, label
         self.start_s, self.end_s = float(start_s), float(end_s)
         self.bucket, self.nbytes = bucket, nbytes
@@ -153,15 +193,25 @@ class Timeline:
         return {key: getattr(self, key) for key in METRIC_KEYS}
 
     def __repr__(self):
-        return (f"Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, exposed comm "
-                f"{self.exposed_comm_s * 1e3:.3f} ms, overlap {self.overlap:.0%}, {self.n_buckets} buckets)")
+        return (
+            f"Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, exposed comm "
+            f"{self.exposed_comm_s * 1e3:.3f} ms, overlap {self.overlap:.0%}, {self.n_buckets} buckets)"
+        )
 
 
-METRIC_KEYS = ("step_s", "backward_end_s", "comm_s", "exposed_comm_s", "overlap", "n_buckets")
+METRIC_KEYS = (
+    "step_s",
+    "backward_end_s",
+    "comm_s",
+    "exposed_comm_s",
+    "overlap",
+    "n_buckets",
+)
 
 
 def _union_length(intervals, until=None):
-    """Total length covered by ``(start, end)`` intervals, counting only what lies before ``until``."""
+    """Total length covered by ``(start, end)`` intervals, counting only what lies
+    before ``until``."""
     total, reach = 0.0, None
     for start, end in sorted(intervals):
         if until is not None:
@@ -175,7 +225,8 @@ def _union_length(intervals, until=None):
 
 
 def summarize(spans):
-    """Step time, backward end, busy, exposed and hidden communication of a list of spans."""
+    """Step time, backward end, busy, exposed and hidden communication of a list of
+    spans."""
     if not spans:
         raise ValueError("a timeline needs at least one span")
     comm = [(s.start_s, s.end_s) for s in spans if s.kind == "allreduce"]
@@ -210,12 +261,18 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
         t = forward_s
     bucket_of = {i: k for k, bucket in enumerate(buckets) for i in bucket}
-    missing = [len(bucket) for bucket in buckets]  # gradients each bucket still waits for
+    missing = [
+        len(bucket) for bucket in buckets
+    ]  # gradients each bucket still waits for
     sizes = [b for layer in layers for b in layer.param_bytes]
     ready_at = [None] * len(buckets)
     layer, layer_start, work_left = 0, t, (layers[0].backward_s if layers else 0.0)
     param = 0
-    bucket, comm_start, comm_left = 0, None, 0.0  # next bucket to send; when the one on the link started
+    bucket, comm_start, comm_left = (
+        0,
+        None,
+        0.0,
+    )  # next bucket to send; when the one on the link started
     while layer < len(layers) or bucket < len(buckets):
         computing, sending = layer < len(layers), comm_start is not None
         if not sending and bucket < len(buckets) and ready_at[bucket] is not None:
@@ -227,7 +284,9 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         dt_comm = comm_left / comm_rate if sending else float("inf")
         dt = min(dt_compute, dt_comm)
         if dt == float("inf"):
-            raise AssertionError("timeline model stalled: a bucket can never become ready")  # a bug, not bad input
+            raise AssertionError(
+                "timeline model stalled: a bucket can never become ready"
+            )  # a bug, not bad input
         t += dt
         if computing:
             work_left -= dt * compute_rate
@@ -241,13 +300,26 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
                     ready_at[bucket_of[param]] = t
                 param += 1
             layer += 1
-            layer_start, work_left = t, (layers[layer].backward_s if layer < len(layers) else 0.0)
+            layer_start, work_left = (
+                t,
+                (layers[layer].backward_s if layer < len(layers) else 0.0),
+            )
             if layer == len(layers) and launch_at_end:
                 ready_at = [t] * len(buckets)
         if sending and dt == dt_comm:
             nbytes = sum(sizes[i] for i in buckets[bucket])
-            spans.append(Span(COMM, "allreduce", comm_start, t, f"b{bucket}", bucket=bucket, nbytes=nbytes,
-                              ready_s=ready_at[bucket]))
+            spans.append(
+                Span(
+                    COMM,
+                    "allreduce",
+                    comm_start,
+                    t,
+                    f"b{bucket}",
+                    bucket=bucket,
+                    nbytes=nbytes,
+                    ready_s=ready_at[bucket],
+                )
+            )
             bucket, comm_start = bucket + 1, None
     if optimizer_s > 0:
         spans.append(Span(COMPUTE, "optimizer", t, t + optimizer_s, "optimizer"))
@@ -259,11 +331,22 @@ def _check(layers):
     if not layers:
         raise ValueError("the model needs at least one layer")
     if not all(isinstance(layer, Layer) for layer in layers):
-        raise TypeError("layers must be mylib.models.timeline.Layer objects, in backward order (last layer first)")
+        raise TypeError(
+            "layers must be mylib.models.timeline.Layer objects, in backward order (last layer first)"
+        )
     return layers
 
 
-def simulate(layers, cap_bytes, link, *, first_cap_bytes=None, forward_s=0.0, optimizer_s=0.0, name=None):
+def simulate(
+    layers,
+    cap_bytes,
+    link,
+    *,
+    first_cap_bytes=None,
+    forward_s=0.0,
+    optimizer_s=0.0,
+    name=None,
+):
     """The timeline of a DDP step with buckets of ``cap_bytes`` (0: one per parameter).
 
     ``layers`` are in backward order; ``first_cap_bytes`` is the small first
@@ -274,32 +357,65 @@ def simulate(layers, cap_bytes, link, *, first_cap_bytes=None, forward_s=0.0, op
     sizes = [b for layer in layers for b in layer.param_bytes]
     buckets = assign_buckets(sizes, cap_bytes, first_cap_bytes)
     if name is None:
-        name = "one all-reduce per parameter" if cap_bytes == 0 else f"buckets of {cap_bytes / MB:g} MB"
-    return _play(layers, buckets, link, launch_at_end=False, forward_s=forward_s, optimizer_s=optimizer_s, name=name)
+        name = (
+            "one all-reduce per parameter"
+            if cap_bytes == 0
+            else f"buckets of {cap_bytes / MB:g} MB"
+        )
+    return _play(
+        layers,
+        buckets,
+        link,
+        launch_at_end=False,
+        forward_s=forward_s,
+        optimizer_s=optimizer_s,
+        name=name,
+    )
 
 
 def per_parameter(layers, link, **kwargs):
-    """Baseline: every gradient all-reduced alone, launched when it is ready (pays alpha per parameter)."""
+    """Baseline: every gradient all-reduced alone, launched when it is ready (pays alpha
+    per parameter)."""
     kwargs.setdefault("name", "one all-reduce per parameter")
     return simulate(layers, 0, link, **kwargs)
 
 
-def all_at_end(layers, link, *, forward_s=0.0, optimizer_s=0.0, name="one all-reduce after backward"):
-    """Baseline: one all-reduce of every gradient after the backward ends (no overlap at all)."""
+def all_at_end(
+    layers,
+    link,
+    *,
+    forward_s=0.0,
+    optimizer_s=0.0,
+    name="one all-reduce after backward",
+):
+    """Baseline: one all-reduce of every gradient after the backward ends (no overlap at
+    all)."""
     layers = _check(layers)
     n_params = sum(len(layer.param_bytes) for layer in layers)
-    return _play(layers, [list(range(n_params))], link, launch_at_end=True,
-                 forward_s=forward_s, optimizer_s=optimizer_s, name=name)
+    return _play(
+        layers,
+        [list(range(n_params))],
+        link,
+        launch_at_end=True,
+        forward_s=forward_s,
+        optimizer_s=optimizer_s,
+        name=name,
+    )
 
 
 def best_cap(layers, caps_bytes, link, **kwargs):
-    """The cap among ``caps_bytes`` with the shortest step, and every cap's timeline (a dict)."""
+    """The cap among ``caps_bytes`` with the shortest step, and every cap's timeline (a
+    dict)."""
     timelines = {cap: simulate(layers, cap, link, **kwargs) for cap in caps_bytes}
     return min(timelines, key=lambda cap: (timelines[cap].step_s, cap)), timelines
 
 
 def uniform_layers(n_layers, param_bytes, backward_s, prefix="layer"):
-    """``n_layers`` identical layers in backward order, named from the last (``layer{n-1}``) to ``layer0``."""
+    """``n_layers`` identical layers in backward order, named from the last
+    (``layer{n-1}``) to ``layer0``."""
     if int(n_layers) != n_layers or n_layers < 1:
         raise ValueError(f"n_layers must be a whole number >= 1, got {n_layers}")
-    return [Layer(f"{prefix}{i}", backward_s, param_bytes) for i in reversed(range(int(n_layers)))]
+    return [
+        Layer(f"{prefix}{i}", backward_s, param_bytes)
+        for i in reversed(range(int(n_layers)))
+    ]

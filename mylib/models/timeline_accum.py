@@ -1,4 +1,5 @@
-"""The timeline of an optimizer step with gradient accumulation: m micro-steps, communication on the last.
+"""The timeline of an optimizer step with gradient accumulation: m micro-steps,
+communication on the last.
 
 Chapter 3's model (:mod:`mylib.models.timeline`) plays out one data-parallel step:
 the backward pass on the compute lane, the buckets' all-reduces on the link,
@@ -22,7 +23,8 @@ from mylib.models import timeline as tl
 
 
 class AccumulationTimeline:
-    """One optimizer step of ``micro_steps`` micro-steps: spans, and the numbers that matter.
+    """One optimizer step of ``micro_steps`` micro-steps: spans, and the numbers that
+    matter.
 
     ``step_s``: start to end; ``compute_s``: time computing;
     ``exposed_comm_s``: time the compute lane waits for the link, summed
@@ -36,7 +38,11 @@ class AccumulationTimeline:
 
     def __init__(self, spans, name, micro_starts_s, exposed_comm_s, ranks):
         self.spans = sorted(spans, key=lambda s: (s.start_s, s.end_s))
-        self.name, self.micro_starts_s, self.micro_steps = name, list(micro_starts_s), len(micro_starts_s)
+        self.name, self.micro_starts_s, self.micro_steps = (
+            name,
+            list(micro_starts_s),
+            len(micro_starts_s),
+        )
         self.step_s = max(s.end_s for s in self.spans)
         self.compute_s = sum(s.duration_s for s in self.spans if s.lane == tl.COMPUTE)
         self.comm_s = sum(s.duration_s for s in self.spans if s.lane == tl.COMM)
@@ -47,35 +53,66 @@ class AccumulationTimeline:
 
     def metrics(self):
         """The panel's numbers, as a dict."""
-        return {key: getattr(self, key) for key in ("step_s", "compute_s", "exposed_comm_s", "n_allreduces",
-                                                    "bytes_sent")}
+        return {
+            key: getattr(self, key)
+            for key in (
+                "step_s",
+                "compute_s",
+                "exposed_comm_s",
+                "n_allreduces",
+                "bytes_sent",
+            )
+        }
 
     def __repr__(self):
-        return (f"AccumulationTimeline({self.name!r}: {self.micro_steps} micro-steps, step "
-                f"{self.step_s * 1e3:.3f} ms, exposed comm {self.exposed_comm_s * 1e3:.3f} ms, "
-                f"{self.n_allreduces} all-reduces)")
+        return (
+            f"AccumulationTimeline({self.name!r}: {self.micro_steps} micro-steps, step "
+            f"{self.step_s * 1e3:.3f} ms, exposed comm {self.exposed_comm_s * 1e3:.3f} ms, "
+            f"{self.n_allreduces} all-reduces)"
+        )
 
 
 def _shifted(span, offset):
-    return tl.Span(span.lane, span.kind, span.start_s + offset, span.end_s + offset, span.label, span.bucket,
-                   span.nbytes, span.ready_s + offset)
+    return tl.Span(
+        span.lane,
+        span.kind,
+        span.start_s + offset,
+        span.end_s + offset,
+        span.label,
+        span.bucket,
+        span.nbytes,
+        span.ready_s + offset,
+    )
 
 
 def _compute_only(layers, forward_s, t0):
-    """A micro-step inside no_sync(): forward, then the layers' backward, nothing on the link."""
+    """A micro-step inside no_sync(): forward, then the layers' backward, nothing on the
+    link."""
     spans, t = [], t0
     if forward_s > 0:
         spans.append(tl.Span(tl.COMPUTE, "forward", t, t + forward_s, "forward"))
         t += forward_s
     for layer in layers:
-        spans.append(tl.Span(tl.COMPUTE, "backward", t, t + layer.backward_s, layer.name))
+        spans.append(
+            tl.Span(tl.COMPUTE, "backward", t, t + layer.backward_s, layer.name)
+        )
         t += layer.backward_s
     return spans, t
 
 
-def accumulation_step(layers, cap_bytes, link, micro_steps, *, no_sync=True, forward_s=0.0, first_cap_bytes=None,
-                      name=None):
-    """The timeline of one optimizer step of ``micro_steps`` micro-steps, with or without ``no_sync()``.
+def accumulation_step(
+    layers,
+    cap_bytes,
+    link,
+    micro_steps,
+    *,
+    no_sync=True,
+    forward_s=0.0,
+    first_cap_bytes=None,
+    name=None,
+):
+    """The timeline of one optimizer step of ``micro_steps`` micro-steps, with or
+    without ``no_sync()``.
 
     ``layers`` (backward order), ``cap_bytes``, ``link`` and
     ``first_cap_bytes`` are those of :func:`mylib.models.timeline.simulate`;
@@ -91,10 +128,20 @@ def accumulation_step(layers, cap_bytes, link, micro_steps, *, no_sync=True, for
             more, t = _compute_only(layers, forward_s, t)
             spans += more
             continue
-        step = tl.simulate(layers, cap_bytes, link, first_cap_bytes=first_cap_bytes, forward_s=forward_s)
+        step = tl.simulate(
+            layers,
+            cap_bytes,
+            link,
+            first_cap_bytes=first_cap_bytes,
+            forward_s=forward_s,
+        )
         spans += [_shifted(s, t) for s in step.spans]
         exposed += step.exposed_comm_s
         t += step.step_s
     if name is None:
-        name = ("no_sync() on the first m - 1 micro-steps" if no_sync else "all-reduce after every micro-step")
+        name = (
+            "no_sync() on the first m - 1 micro-steps"
+            if no_sync
+            else "all-reduce after every micro-step"
+        )
     return AccumulationTimeline(spans, name, starts, exposed, link.ranks)

@@ -1,4 +1,5 @@
-"""What compression does to a DDP step's timeline: chapter 3's model with fewer bytes on the wire.
+"""What compression does to a DDP step's timeline: chapter 3's model with fewer bytes on
+the wire.
 
 A communication hook changes what each bucket's all-reduce carries, not
 when the bucket is ready. So chapter 3's model (:mod:`mylib.models.timeline`)
@@ -24,7 +25,8 @@ from mylib.models import timeline as tl
 
 
 def wire_bytes(rows, cols, scheme, rank=1, min_compression_rate=2.0):
-    """Bytes one rank puts into the all-reduce for an ``rows x cols`` fp32 gradient (``cols = 1``: a vector)."""
+    """Bytes one rank puts into the all-reduce for an ``rows x cols`` fp32 gradient
+    (``cols = 1``: a vector)."""
     if scheme == "fp32":
         return 4 * rows * cols
     if scheme in ("bf16", "fp16"):
@@ -32,11 +34,19 @@ def wire_bytes(rows, cols, scheme, rank=1, min_compression_rate=2.0):
     if scheme == "powersgd":
         r = min(rows, cols, rank)
         compressed = (rows + cols) * r
-        return 4 * (compressed if compressed * min_compression_rate < rows * cols else rows * cols)
+        return 4 * (
+            compressed
+            if compressed * min_compression_rate < rows * cols
+            else rows * cols
+        )
     raise ValueError(f"scheme must be fp32, bf16, fp16 or powersgd, got {scheme!r}")
 
 
 def compressed_layers(n_layers, hidden, backward_ms_per_layer, scheme, rank=1):
-    """``n_layers`` x Linear(hidden, hidden) in backward order, each parameter's bytes as ``scheme`` sends them."""
-    sizes = (wire_bytes(hidden, 1, scheme, rank), wire_bytes(hidden, hidden, scheme, rank))  # bias, weight
+    """``n_layers`` x Linear(hidden, hidden) in backward order, each parameter's bytes
+    as ``scheme`` sends them."""
+    sizes = (
+        wire_bytes(hidden, 1, scheme, rank),
+        wire_bytes(hidden, hidden, scheme, rank),
+    )  # bias, weight
     return tl.uniform_layers(n_layers, sizes, backward_ms_per_layer * 1e-3)

@@ -1,4 +1,5 @@
-"""The timeline of one ZeRO-3 step: an all-gather before each layer's forward and backward.
+"""The timeline of one ZeRO-3 step: an all-gather before each layer's forward and
+backward.
 
 Chapter 3's model (:mod:`mylib.models.timeline`) plays out a DDP step: compute on
 one lane, bucketed all-reduces on the link. Under ZeRO-3 the link carries
@@ -28,7 +29,8 @@ COMPUTE, COMM = tl.COMPUTE, tl.COMM
 
 
 class Zero3Timeline:
-    """A ZeRO-3 step as spans on a compute lane and a comm lane, and what they add up to.
+    """A ZeRO-3 step as spans on a compute lane and a comm lane, and what they add up
+    to.
 
     ``step_s``: first start to last end; ``compute_s``: time computing;
     ``waiting_s``: time the compute lane waits for communication
@@ -50,12 +52,15 @@ class Zero3Timeline:
         self.peak_gathered_bytes = peak_gathered_bytes
 
     def __repr__(self):
-        return (f"Zero3Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, waiting for communication "
-                f"{self.waiting_s * 1e3:.3f} ms)")
+        return (
+            f"Zero3Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, waiting for communication "
+            f"{self.waiting_s * 1e3:.3f} ms)"
+        )
 
 
-def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
-               optimizer_s=0.0, name=None):
+def zero3_step(
+    layers, link, *, prefetch, forward_ratio=0.5, optimizer_s=0.0, name=None
+):
     """The timeline of a ZeRO-3 step over ``layers``.
 
     ``layers`` are :class:`mylib.models.timeline.Layer`, in backward order.
@@ -73,8 +78,9 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
         nonlocal link_free
         start = max(ready, link_free)
         link_free = start + cost(nbytes, n, alpha, bw)
-        spans.append(tl.Span(COMM, kind, start, link_free, label,
-                             nbytes=nbytes, ready_s=ready))
+        spans.append(
+            tl.Span(COMM, kind, start, link_free, label, nbytes=nbytes, ready_s=ready)
+        )
         return start, link_free
 
     def compute(kind, start, seconds, label):
@@ -82,9 +88,13 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
         return start + seconds
 
     def gather(i, ready):
-        gathers[i] = on_link("allgather", ready, layers[i].nbytes,
-                             f"gather {layers[i].name}",
-                             ring_all_gather_time)
+        gathers[i] = on_link(
+            "allgather",
+            ready,
+            layers[i].nbytes,
+            f"gather {layers[i].name}",
+            ring_all_gather_time,
+        )
 
     # Forward: gather, compute, free. With prefetch, layer i+1's gather is
     # issued when layer i starts computing (its own gather done, layer i-1
@@ -96,8 +106,7 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
         begin = max(t, gathers[i][1])
         if prefetch and i + 1 < len(layers):
             gather(i + 1, begin)
-        t = compute("forward", begin, layer.backward_s * forward_ratio,
-                    layer.name)
+        t = compute("forward", begin, layer.backward_s * forward_ratio, layer.name)
         whole.append((gathers[i][0], t, layer.nbytes))
     # Backward, last layer first: gather again, compute, reduce-scatter the
     # gradient.
@@ -110,9 +119,13 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
             gather(i - 1, begin)
         t = compute("backward", begin, layers[i].backward_s, layers[i].name)
         whole.append((gathers[i][0], t, layers[i].nbytes))
-        _, last_reduce = on_link("reducescatter", t, layers[i].nbytes,
-                                 f"reduce-scatter {layers[i].name}",
-                                 ring_reduce_scatter_time)
+        _, last_reduce = on_link(
+            "reducescatter",
+            t,
+            layers[i].nbytes,
+            f"reduce-scatter {layers[i].name}",
+            ring_reduce_scatter_time,
+        )
     if optimizer_s > 0:
         compute("optimizer", max(t, last_reduce), optimizer_s, "optimizer")
     peak = _peak(whole)
@@ -122,8 +135,12 @@ def zero3_step(layers, link, *, prefetch, forward_ratio=0.5,
 
 
 def _peak(whole):
-    """Most bytes whole at once, from ``(from, to, bytes)`` intervals (a layer is whole from its gather's start)."""
-    events = sorted([(start, nbytes) for start, _, nbytes in whole] + [(end, -nbytes) for _, end, nbytes in whole])
+    """Most bytes whole at once, from ``(from, to, bytes)`` intervals (a layer is whole
+    from its gather's start)."""
+    events = sorted(
+        [(start, nbytes) for start, _, nbytes in whole]
+        + [(end, -nbytes) for _, end, nbytes in whole]
+    )
     peak = current = 0
     for _, delta in events:  # at equal times a free (negative) sorts before a gather
         current += delta

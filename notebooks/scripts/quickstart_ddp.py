@@ -2,6 +2,7 @@
 
 Start it with: torchrun --standalone --nproc-per-node=N quickstart_ddp.py
 """
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -10,8 +11,7 @@ from mylib import MyDDP, init_from_env
 
 rank, world, device = init_from_env()
 torch.manual_seed(0)
-model = MyDDP(nn.Sequential(nn.Linear(16, 64), nn.ReLU(),
-                            nn.Linear(64, 1)).to(device))
+model = MyDDP(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1)).to(device))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 g = torch.Generator().manual_seed(rank)  # each rank draws its own data
 for step in range(20):
@@ -31,7 +31,9 @@ dist.all_reduce(high, op=dist.ReduceOp.MAX)
 dist.all_reduce(low, op=dist.ReduceOp.MIN)
 same = torch.equal(high, low)
 if rank == 0:
-    print(f"{world} ranks on {device.type}, 20 steps; "
-          f"weights identical on every rank: {same}")
+    print(
+        f"{world} ranks on {device.type}, 20 steps; "
+        f"weights identical on every rank: {same}"
+    )
 dist.destroy_process_group()
 assert same, "the ranks' weights differ: gradients were not synchronised"

@@ -1,4 +1,5 @@
-"""Grading in the book's page (Pyodide): the same loading, checks and words as the terminal.
+"""Grading in the book's page (Pyodide): the same loading, checks and words as the
+terminal.
 
 ``book/_static/practice-worker.js`` writes ``_judge/`` (this package's
 standard-library modules), the exercise's ``checks.py`` and the reader's code
@@ -9,25 +10,46 @@ when it runs past its time limit.
 
 import json
 
-from _judge.running import Solution, collect_checks, describe, headline, overall, run_checks
 from _judge.loading import load_checks, load_solution
+from _judge.running import (
+    Solution,
+    collect_checks,
+    describe,
+    headline,
+    overall,
+    run_checks,
+)
 
 
 def grade(exercise_dir, path, on_start=None):
-    """Grade the file at ``path``; return the report as JSON (verdict, message, results, lines).
+    """Grade the file at ``path``; return the report as JSON (verdict, message, results,
+    lines).
 
     ``on_start(index, name)`` is called as each check starts (the page uses
     it to name the running check if the time limit stops it).
     """
     module, problem = load_solution(path)
     if problem:
-        report = {"verdict": problem["verdict"], "message": problem["message"], "where": problem["where"],
-                  "results": []}
+        report = {
+            "verdict": problem["verdict"],
+            "message": problem["message"],
+            "where": problem["where"],
+            "results": [],
+        }
     else:
-        results = run_checks(collect_checks(load_checks(exercise_dir)), Solution(module, path), path,
-                             on_start=on_start)
+        results = run_checks(
+            collect_checks(load_checks(exercise_dir)),
+            Solution(module, path),
+            path,
+            on_start=on_start,
+        )
         verdict, message = overall(results)
-        report = {"verdict": verdict, "message": message, "where": "", "results": results}
+        report = {
+            "verdict": verdict,
+            "message": message,
+            "where": "",
+            "results": results,
+        }
     report["lines"] = report_lines(report)
     return json.dumps(report)
 

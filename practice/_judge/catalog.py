@@ -22,37 +22,48 @@ except ModuleNotFoundError:  # Python < 3.11
 
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXERCISES_DIR = os.path.join(PRACTICE_DIR, "exercises")
-# The reader's own files live under JUDGE_HOME (default: practice/), so tests can use a scratch folder.
+# The reader's own files live under JUDGE_HOME (default: practice/), so tests can use a
+# scratch folder.
 JUDGE_HOME = os.environ.get("JUDGE_HOME") or PRACTICE_DIR
 WORKSPACE_DIR = os.path.join(JUDGE_HOME, "workspace")
 DIFFICULTIES = ("easy", "medium", "hard")
-FILES = ("exercise.toml", "README.md", "starter.py", "checks.py", "hints.md", "solution.py")
+FILES = (
+    "exercise.toml",
+    "README.md",
+    "starter.py",
+    "checks.py",
+    "hints.md",
+    "solution.py",
+)
 
 
 class CatalogError(Exception):
-    """An exercise folder is malformed (a maintainer's error), or an id names no exercise."""
+    """An exercise folder is malformed (a maintainer's error), or an id names no
+    exercise."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Exercise:
     """One exercise, as its folder and ``exercise.toml`` describe it."""
 
-    id: str             # the folder name, e.g. "06_assign_buckets": stable, used on the command line
-    number: str         # "06"
-    slug: str           # "assign_buckets"; the book's label is practice-<slug>
+    # the folder name, e.g. "06_assign_buckets": stable, used on the command line
+    id: str
+    number: str  # "06"
+    slug: str  # "assign_buckets"; the book's label is practice-<slug>
     title: str
     chapter: int
     chapter_title: str
     difficulty: str
     summary: str
-    ranks: bool         # needs torch.distributed ranks (runs only locally)
-    browser: bool       # gradable in the book's page (standard library only)
+    ranks: bool  # needs torch.distributed ranks (runs only locally)
+    browser: bool  # gradable in the book's page (standard library only)
     time_limit_s: float
     check_timeout_s: float
     dir: str
 
     def path(self, name):
-        """The path of one of the exercise's own files (``README.md``, ``starter.py``, ...)."""
+        """The path of one of the exercise's own files (``README.md``, ``starter.py``,
+        ...)."""
         return os.path.join(self.dir, name)
 
     @property
@@ -66,7 +77,8 @@ class Exercise:
         return "practice-" + self.slug.replace("_", "-")
 
     def hints(self):
-        """The hints, in order: the sections of ``hints.md`` that start with ``## Hint``."""
+        """The hints, in order: the sections of ``hints.md`` that start with ``##
+        Hint``."""
         with open(self.path("hints.md"), encoding="utf-8") as f:
             text = f.read()
         parts = re.split(r"^## .*$", text, flags=re.M)[1:]
@@ -74,9 +86,12 @@ class Exercise:
 
 
 def load_exercises(exercises_dir=EXERCISES_DIR):
-    """Every exercise, in number order. Raises :class:`CatalogError` naming a malformed folder."""
+    """Every exercise, in number order. Raises :class:`CatalogError` naming a malformed
+    folder."""
     if tomllib is None:
-        raise CatalogError("the judge needs Python 3.11 or newer (it reads TOML with tomllib)")
+        raise CatalogError(
+            "the judge needs Python 3.11 or newer (it reads TOML with tomllib)"
+        )
     chapters = _read_toml(os.path.join(exercises_dir, "chapters.toml"))
     out = []
     for name in sorted(os.listdir(exercises_dir)):
@@ -101,7 +116,9 @@ def _load_one(folder, chapters):
     name = os.path.basename(folder)
     m = re.fullmatch(r"(\d\d)_([a-z0-9_]+)", name)
     if not m:
-        raise CatalogError(f"exercise folder {name!r} must be named NN_slug (two digits, lower-case slug)")
+        raise CatalogError(
+            f"exercise folder {name!r} must be named NN_slug (two digits, lower-case slug)"
+        )
     missing = [f for f in FILES if not os.path.isfile(os.path.join(folder, f))]
     if missing:
         raise CatalogError(f"exercise {name} lacks {', '.join(missing)}")
@@ -110,13 +127,23 @@ def _load_one(folder, chapters):
         if key not in meta:
             raise CatalogError(f"{name}/exercise.toml lacks the key {key!r}")
     if meta["difficulty"] not in DIFFICULTIES:
-        raise CatalogError(f"{name}/exercise.toml: difficulty must be one of {DIFFICULTIES}, got {meta['difficulty']!r}")
+        raise CatalogError(
+            f"{name}/exercise.toml: difficulty must be one of {DIFFICULTIES}, got {meta['difficulty']!r}"
+        )
     chapter = int(meta["chapter"])
     ranks = bool(meta.get("ranks", False))
     return Exercise(
-        id=name, number=m.group(1), slug=m.group(2), title=meta["title"], chapter=chapter,
-        chapter_title=chapters.get("titles", {}).get(str(chapter), f"Chapter {chapter}"),
-        difficulty=meta["difficulty"], summary=meta["summary"], ranks=ranks,
+        id=name,
+        number=m.group(1),
+        slug=m.group(2),
+        title=meta["title"],
+        chapter=chapter,
+        chapter_title=chapters.get("titles", {}).get(
+            str(chapter), f"Chapter {chapter}"
+        ),
+        difficulty=meta["difficulty"],
+        summary=meta["summary"],
+        ranks=ranks,
         browser=bool(meta.get("browser", False)),
         time_limit_s=float(meta.get("time_limit_s", 240 if ranks else 60)),
         check_timeout_s=float(meta.get("check_timeout_s", 90 if ranks else 10)),
@@ -125,7 +152,8 @@ def _load_one(folder, chapters):
 
 
 def find(exercises, query):
-    """The exercise that ``query`` names: its id, number (``6`` or ``06``) or slug, or a unique prefix."""
+    """The exercise that ``query`` names: its id, number (``6`` or ``06``) or slug, or a
+    unique prefix."""
     q = str(query).strip().lower().rstrip("/")
     q = os.path.basename(q)
     if q.endswith(".py"):
@@ -138,6 +166,10 @@ def find(exercises, query):
         return matches[0]
     ids = ", ".join(ex.number for ex in exercises)
     if matches:
-        raise CatalogError(f"'{query}' could mean {', '.join(ex.id for ex in matches)}: give the number")
-    raise CatalogError(f"there is no exercise '{query}'. The exercises are numbered {ids}; "
-                       f"run `python practice/judge.py` to see them all")
+        raise CatalogError(
+            f"'{query}' could mean {', '.join(ex.id for ex in matches)}: give the number"
+        )
+    raise CatalogError(
+        f"there is no exercise '{query}'. The exercises are numbered {ids}; "
+        f"run `python practice/judge.py` to see them all"
+    )

@@ -21,11 +21,14 @@ MAX_VALUE_CHARS = 400
 # What checks.py uses
 # ----------------------------------------------------------------------------
 
+
 def check(name):
     """Mark a function of ``checks.py`` as one check, shown to the reader as ``name``."""
+
     def mark(fn):
         fn.check_name = name
         return fn
+
     return mark
 
 
@@ -72,30 +75,44 @@ def expect_type(got, types, *, input, what="the result"):
     """Fail unless ``got`` is an instance of ``types`` (bool never counts as a number)."""
     types = types if isinstance(types, tuple) else (types,)
     numeric = any(t in (int, float) for t in types)
-    if isinstance(got, types) and not (numeric and isinstance(got, bool) and bool not in types):
+    if isinstance(got, types) and not (
+        numeric and isinstance(got, bool) and bool not in types
+    ):
         return
     names = " or ".join(t.__name__ for t in types)
-    fail(f"{what} should be a {names}, but it is a {type(got).__name__}", input=input,
-         expected=verbatim(f"a {names}"), got=got)
+    fail(
+        f"{what} should be a {names}, but it is a {type(got).__name__}",
+        input=input,
+        expected=verbatim(f"a {names}"),
+        got=got,
+    )
 
 
 def expect_equal(got, expected, *, input, what="the result"):
     """Fail unless ``got == expected`` (exactly)."""
-    if got != expected or type(got) is not type(expected) and not _same_kind(got, expected):
+    if (
+        got != expected
+        or type(got) is not type(expected)
+        and not _same_kind(got, expected)
+    ):
         fail(f"wrong answer for {what}", input=input, expected=expected, got=got)
 
 
 def _same_kind(a, b):
     numbers = (int, float)
-    return (isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool)) or (
-        isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)))
+    return (
+        isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool)
+    ) or (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)))
 
 
 def expect_close(got, expected, *, input, what="the result", rel=1e-9, abs_tol=1e-12):
-    """Fail unless numbers (or nested lists/tuples/dicts of numbers) agree within tolerance."""
+    """Fail unless numbers (or nested lists/tuples/dicts of numbers) agree within
+    tolerance."""
     problem = _closeness_problem(got, expected, rel, abs_tol, path="")
     if problem:
-        fail(f"wrong answer for {what}{problem}", input=input, expected=expected, got=got)
+        fail(
+            f"wrong answer for {what}{problem}", input=input, expected=expected, got=got
+        )
 
 
 def _closeness_problem(got, expected, rel, abs_tol, path):
@@ -106,7 +123,9 @@ def _closeness_problem(got, expected, rel, abs_tol, path):
         if missing:
             return f": the key {missing[0]!r} is missing"
         for key, value in expected.items():
-            problem = _closeness_problem(got[key], value, rel, abs_tol, f"{path}[{key!r}]")
+            problem = _closeness_problem(
+                got[key], value, rel, abs_tol, f"{path}[{key!r}]"
+            )
             if problem:
                 return problem
         return ""
@@ -121,7 +140,11 @@ def _closeness_problem(got, expected, rel, abs_tol, path):
                 return problem
         return ""
     if isinstance(expected, bool) or not isinstance(expected, (int, float)):
-        return "" if got == expected else f"{_at(path)}: expected {show(expected)}, got {show(got)}"
+        return (
+            ""
+            if got == expected
+            else f"{_at(path)}: expected {show(expected)}, got {show(got)}"
+        )
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         return f"{_at(path)}: expected a number, got a {type(got).__name__}"
     if math.isnan(got) and not math.isnan(expected):
@@ -143,5 +166,9 @@ def expect_raises(call, exceptions, *, input, what="your function"):
         returned = call()
     except exceptions:
         return
-    fail(f"{what} should refuse this input with a {names} that names the fix, but it returned",
-         input=input, expected=verbatim(f"raise {names}"), got=returned)
+    fail(
+        f"{what} should refuse this input with a {names} that names the fix, but it returned",
+        input=input,
+        expected=verbatim(f"raise {names}"),
+        got=returned,
+    )

@@ -20,18 +20,21 @@ import contextlib
 import os
 import sys
 
-# A hang is reported after this many seconds (the per-check limit is longer, so this fires first).
+# A hang is reported after this many seconds (the per-check limit is longer, so this
+# fires first).
 RANK_TIMEOUT_S = float(os.environ.get("JUDGE_RANK_TIMEOUT", "30"))
 
 
 def on_ranks(worker, world_size, *args, timeout_s=None):
-    """Run ``worker(*args)`` on ``world_size`` gloo ranks; return the results in rank order.
+    """Run ``worker(*args)`` on ``world_size`` gloo ranks; return the results in rank
+    order.
 
     Functions and classes of the reader's file among ``args`` travel as
     :class:`ReaderObject`: each rank loads the reader's file itself, so a
     traceback or a stuck rank's stack names the reader's file and line.
     """
     import cloudpickle
+
     from mylib import run_ranks
     from mylib.launch import preload_in_ranks
 
@@ -39,17 +42,29 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
     preload_in_ranks(*getattr(module, "RANK_PRELOAD", ()))
     if module is not None and worker.__module__ != "__main__":
         with contextlib.suppress(ValueError):
-            cloudpickle.register_pickle_by_value(module)  # checks.py is not importable by name in a rank
+            cloudpickle.register_pickle_by_value(
+                module
+            )  # checks.py is not importable by name in a rank
     args = tuple(_by_path(a) for a in args)
     timeout_s = RANK_TIMEOUT_S if timeout_s is None else min(timeout_s, RANK_TIMEOUT_S)
-    return run_ranks(_call_resolved, world_size, args=(worker,) + args, timeout_s=timeout_s, show_output=True)
+    return run_ranks(
+        _call_resolved,
+        world_size,
+        args=(worker,) + args,
+        timeout_s=timeout_s,
+        show_output=True,
+    )
 
 
 def _call_resolved(worker, *args):
-    """In a rank: load the reader's objects from their file, then run the worker on them."""
+    """In a rank: load the reader's objects from their file, then run the worker on
+    them."""
     import faulthandler
-    # A rank killed by a signal (gloo aborts on mismatched collectives) then prints its Python
-    # stack into its log, which the launcher reports: the verdict can name the reader's line.
+
+    # A rank killed by a signal (gloo aborts on mismatched collectives) then prints its
+    # Python
+    # stack into its log, which the launcher reports: the verdict can name the reader's
+    # line.
     faulthandler.enable(file=sys.stderr)
     return worker(*(a.resolve() if isinstance(a, ReaderObject) else a for a in args))
 
@@ -61,7 +76,8 @@ def _by_path(obj):
 
 
 class ReaderObject:
-    """A function or class of the reader's file, named by file and name, loaded on first use."""
+    """A function or class of the reader's file, named by file and name, loaded on first
+    use."""
 
     def __init__(self, path, qualname):
         self.path = path
@@ -71,6 +87,7 @@ class ReaderObject:
         module = sys.modules.get("solution")
         if module is None or getattr(module, "__file__", None) != self.path:
             import importlib.util
+
             spec = importlib.util.spec_from_file_location("solution", self.path)
             module = importlib.util.module_from_spec(spec)
             sys.modules["solution"] = module
@@ -89,7 +106,8 @@ class ReaderObject:
 
 
 class DistSpy:
-    """What the code inside :func:`spy_on_dist` called: ``calls`` is a list of (name, dtype, numel, nbytes)."""
+    """What the code inside :func:`spy_on_dist` called: ``calls`` is a list of (name,
+    dtype, numel, nbytes)."""
 
     def __init__(self):
         self.calls = []
@@ -103,7 +121,8 @@ class DistSpy:
 
 @contextlib.contextmanager
 def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
-    """Record calls to ``torch.distributed.<name>`` for each name; make the ``forbid`` ones raise.
+    """Record calls to ``torch.distributed.<name>`` for each name; make the ``forbid``
+    ones raise.
 
     Patches the ``torch.distributed`` module and, for names the reader
     imported directly (``from torch.distributed import send``), the globals
@@ -117,14 +136,23 @@ def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
     def wrap(name, original):
         def spied(*args, **kwargs):
             if name in forbid:
-                raise RuntimeError(f"this exercise does not allow torch.distributed.{name}: {why}")
+                raise RuntimeError(
+                    f"this exercise does not allow torch.distributed.{name}: {why}"
+                )
             tensor = args[0] if args else kwargs.get("tensor")
             if hasattr(tensor, "dtype"):
-                spy.calls.append((name, str(tensor.dtype).replace("torch.", ""), tensor.numel(),
-                                  tensor.numel() * tensor.element_size()))
+                spy.calls.append(
+                    (
+                        name,
+                        str(tensor.dtype).replace("torch.", ""),
+                        tensor.numel(),
+                        tensor.numel() * tensor.element_size(),
+                    )
+                )
             else:
                 spy.calls.append((name, None, 0, 0))
             return original(*args, **kwargs)
+
         spied.__wrapped__ = original
         return spied
 

@@ -15,10 +15,23 @@ from rich.text import Text
 
 from _judge.running import describe, headline
 
-STATUS_STYLE = {"passed": "green", "failed": "red", "error": "red", "todo": "yellow", "hang": "magenta",
-                "timeout": "magenta", "exit": "red", "skipped": "dim"}
-STATE_STYLE = {"passed": "green", "passed, edited since": "green", "failed": "red", "edited": "yellow",
-               "not started": "dim"}
+STATUS_STYLE = {
+    "passed": "green",
+    "failed": "red",
+    "error": "red",
+    "todo": "yellow",
+    "hang": "magenta",
+    "timeout": "magenta",
+    "exit": "red",
+    "skipped": "dim",
+}
+STATE_STYLE = {
+    "passed": "green",
+    "passed, edited since": "green",
+    "failed": "red",
+    "edited": "yellow",
+    "not started": "dim",
+}
 DIFFICULTY_STYLE = {"easy": "green", "medium": "yellow", "hard": "red"}
 
 
@@ -27,13 +40,23 @@ def make_console(file=None):
     file = file or sys.stdout
     is_tty = hasattr(file, "isatty") and file.isatty()
     width = None if is_tty else int(os.environ.get("COLUMNS", "100"))
-    return Console(file=file, highlight=False, soft_wrap=False, width=width,
-                   no_color=bool(os.environ.get("NO_COLOR")), emoji=False)
+    return Console(
+        file=file,
+        highlight=False,
+        soft_wrap=False,
+        width=width,
+        no_color=bool(os.environ.get("NO_COLOR")),
+        emoji=False,
+    )
 
 
 def command(*words):
     """The command line a reader types, as it would work from their current folder."""
-    judge = os.path.relpath(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "judge.py"))
+    judge = os.path.relpath(
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "judge.py"
+        )
+    )
     python = "python"
     exe = os.path.abspath(sys.executable)
     if exe.startswith(os.path.abspath(os.getcwd()) + os.sep):
@@ -51,19 +74,38 @@ def print_table(console, exercises, states, progress_warning=None):
     """Every exercise with its state, the progress, and what to do next."""
     if progress_warning:
         console.print(Text(progress_warning, style="yellow"))
-    table = Table(title="Data Parallel from Scratch: graded exercises", title_justify="left", expand=False)
-    for name, kwargs in (("id", {}), ("exercise", {}), ("chapter", {"justify": "right"}),
-                         ("difficulty", {}), ("where", {}), ("state", {})):
+    table = Table(
+        title="Data Parallel from Scratch: graded exercises",
+        title_justify="left",
+        expand=False,
+    )
+    for name, kwargs in (
+        ("id", {}),
+        ("exercise", {}),
+        ("chapter", {"justify": "right"}),
+        ("difficulty", {}),
+        ("where", {}),
+        ("state", {}),
+    ):
         table.add_column(name, **kwargs)
     for ex in exercises:
         state = states[ex.id]
-        table.add_row(ex.number, ex.title, str(ex.chapter), Text(ex.difficulty, style=DIFFICULTY_STYLE[ex.difficulty]),
-                      "ranks" if ex.ranks else ("browser too" if ex.browser else "local"),
-                      Text(state, style=STATE_STYLE.get(state, "")))
+        table.add_row(
+            ex.number,
+            ex.title,
+            str(ex.chapter),
+            Text(ex.difficulty, style=DIFFICULTY_STYLE[ex.difficulty]),
+            "ranks" if ex.ranks else ("browser too" if ex.browser else "local"),
+            Text(state, style=STATE_STYLE.get(state, "")),
+        )
     console.print(table)
     done = sum(1 for ex in exercises if states[ex.id].startswith("passed"))
-    console.print(Text(f"Progress: {done} of {len(exercises)} passed ({100 * done // max(len(exercises), 1)}%)",
-                       style="bold"))
+    console.print(
+        Text(
+            f"Progress: {done} of {len(exercises)} passed ({100 * done // max(len(exercises), 1)}%)",
+            style="bold",
+        )
+    )
     print_next(console, exercises, states)
 
 
@@ -72,29 +114,46 @@ def next_exercise(exercises, states, after=None):
     order = list(exercises)
     if after is not None:
         i = [ex.id for ex in order].index(after.id)
-        order = order[i + 1:] + order[:i + 1]
+        order = order[i + 1 :] + order[: i + 1]
     return next((ex for ex in order if not states[ex.id].startswith("passed")), None)
 
 
 def print_next(console, exercises, states, after=None):
     ex = next_exercise(exercises, states, after)
     if ex is None:
-        console.print(Text("Every exercise passes. Well done: you have built data-parallel training from scratch.",
-                           style="bold green"))
+        console.print(
+            Text(
+                "Every exercise passes. Well done: you have built data-parallel training from scratch.",
+                style="bold green",
+            )
+        )
         return
-    console.print(Text.assemble(("Next: ", "bold"), f"{ex.number} {ex.title} (chapter {ex.chapter}, {ex.difficulty})"))
+    console.print(
+        Text.assemble(
+            ("Next: ", "bold"),
+            f"{ex.number} {ex.title} (chapter {ex.chapter}, {ex.difficulty})",
+        )
+    )
     console.print(f"  read   {rel(ex.path('README.md'))}")
     console.print(f"  edit   {rel(ex.workspace)}")
     console.print(f"  grade  {command(ex.number)}")
 
 
 def print_report(console, ex, report, graded_path, hints_total=0):
-    """One exercise's grade: a line per check, the details of failures, and what to do next."""
-    console.print(Text.assemble((f"{ex.number} {ex.title}", "bold"), f"  (chapter {ex.chapter}, {ex.difficulty})"))
+    """One exercise's grade: a line per check, the details of failures, and what to do
+    next."""
+    console.print(
+        Text.assemble(
+            (f"{ex.number} {ex.title}", "bold"),
+            f"  (chapter {ex.chapter}, {ex.difficulty})",
+        )
+    )
     console.print(Text(f"grading {rel(graded_path)}", style="dim"))
     console.print()
     if not report.results:  # it did not get as far as the checks
-        console.print(Text(report.verdict.upper(), style="bold red"), Text(report.message))
+        console.print(
+            Text(report.verdict.upper(), style="bold red"), Text(report.message)
+        )
         if report.where:
             console.print(Text(report.where))
     said = None
@@ -102,12 +161,20 @@ def print_report(console, ex, report, graded_path, hints_total=0):
         style = STATUS_STYLE.get(result["status"], "")
         console.print(Text("  ") + Text(headline(result), style=style))
         lines = describe(result)
-        if result["status"] == "skipped":  # one reason for a run of skipped checks is enough
+        if (
+            result["status"] == "skipped"
+        ):  # one reason for a run of skipped checks is enough
             lines, said = ([] if lines == said else lines), lines
         for line in lines:
-            # soft_wrap: long inputs wrap in the terminal, not in the middle of our indentation
-            console.print(Text("          " + line, style="dim" if result["status"] == "skipped" else ""),
-                          soft_wrap=True)
+            # soft_wrap: long inputs wrap in the terminal, not in the middle of our
+            # indentation
+            console.print(
+                Text(
+                    "          " + line,
+                    style="dim" if result["status"] == "skipped" else "",
+                ),
+                soft_wrap=True,
+            )
     if report.printed.strip() and not report.passed:
         console.print()
         console.print(Text("What your code printed:", style="bold"))
@@ -117,9 +184,13 @@ def print_report(console, ex, report, graded_path, hints_total=0):
     if report.passed:
         console.print(Text(f"PASSED: {report.message}{seconds}", style="bold green"))
         return
-    console.print(Text(f"{report.verdict.upper()}: {report.message}{seconds}", style="bold red"))
+    console.print(
+        Text(f"{report.verdict.upper()}: {report.message}{seconds}", style="bold red")
+    )
     if hints_total:
-        console.print(f"Stuck? {command('hint', ex.number)}  ({hints_total} hint{'s' if hints_total > 1 else ''})")
+        console.print(
+            f"Stuck? {command('hint', ex.number)}  ({hints_total} hint{'s' if hints_total > 1 else ''})"
+        )
     console.print(f"Statement: {rel(ex.path('README.md'))}")
 
 
@@ -130,6 +201,11 @@ def print_summary(console, rows):
         table.add_column(name)
     for ex, report in rows:
         n_pass = sum(1 for r in report.results if r["status"] == "passed")
-        table.add_row(ex.number, ex.title, Text(report.verdict, style="green" if report.passed else "red"),
-                      f"{n_pass}/{len(report.results)}", f"{report.seconds:.1f}")
+        table.add_row(
+            ex.number,
+            ex.title,
+            Text(report.verdict, style="green" if report.passed else "red"),
+            f"{n_pass}/{len(report.results)}",
+            f"{report.seconds:.1f}",
+        )
     console.print(table)

@@ -17,10 +17,10 @@ import traceback
 
 from _judge.checking import Mismatch, MissingName, show
 
-
 # ----------------------------------------------------------------------------
 # Running the checks
 # ----------------------------------------------------------------------------
+
 
 class Solution:
     """The reader's module, seen by the checks: a missing name is a clear verdict."""
@@ -38,7 +38,11 @@ class Solution:
 
 def collect_checks(checks_module):
     """The check functions of a checks module, in the order they are written."""
-    return [obj for obj in vars(checks_module).values() if callable(obj) and hasattr(obj, "check_name")]
+    return [
+        obj
+        for obj in vars(checks_module).values()
+        if callable(obj) and hasattr(obj, "check_name")
+    ]
 
 
 def run_checks(checks, solution, path, on_start=None, on_result=None, guard=None):
@@ -61,7 +65,9 @@ def run_checks(checks, solution, path, on_start=None, on_result=None, guard=None
             if on_start:
                 on_start(index, name)
             result = run_one(fn, solution, path, guard)
-            if result["status"] in ("todo", "hang", "timeout", "exit") or result.pop("stop", False):
+            if result["status"] in ("todo", "hang", "timeout", "exit") or result.pop(
+                "stop", False
+            ):
                 stop_reason = f"not run: check {index + 1} ({checks[index].check_name}) must pass first"
         results.append(result)
         if on_result:
@@ -79,17 +85,32 @@ def run_one(fn, solution, path, guard=None):
             with guard(name):
                 fn(solution)
     except Mismatch as e:
-        shown_input = e.input if isinstance(e.input, str) or e.input is None else show(e.input)
-        return {"name": name, "status": "failed", "message": e.message, "input": shown_input,
-                "expected": _opt(e.expected), "got": _opt(e.got)}
+        shown_input = (
+            e.input if isinstance(e.input, str) or e.input is None else show(e.input)
+        )
+        return {
+            "name": name,
+            "status": "failed",
+            "message": e.message,
+            "input": shown_input,
+            "expected": _opt(e.expected),
+            "got": _opt(e.got),
+        }
     except MissingName as e:
-        return {"name": name, "status": "failed",
-                "message": f"your file defines no `{e.name}`: keep the names the starter file gives"}
+        return {
+            "name": name,
+            "status": "failed",
+            "message": f"your file defines no `{e.name}`: keep the names the starter file gives",
+        }
     except SystemExit as e:
         where = _reader_frames(e.__traceback__, path)
-        return {"name": name, "status": "exit", "where": where,
-                "message": f"your code called sys.exit({'' if e.code is None else show(e.code)}): "
-                           f"a solution returns its answer instead of ending the process"}
+        return {
+            "name": name,
+            "status": "exit",
+            "where": where,
+            "message": f"your code called sys.exit({'' if e.code is None else show(e.code)}): "
+            f"a solution returns its answer instead of ending the process",
+        }
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # the reader's code may raise anything
@@ -108,29 +129,59 @@ def classify_exception(name, exc, path):
     if hasattr(exc, "rank") and hasattr(exc, "rank_traceback"):  # mylib.RankError
         return _rank_error_result(name, exc, path)
     if getattr(exc, "check_timeout", False):
-        return {"name": name, "status": "timeout", "message": str(exc),
-                "where": _reader_frames(exc.__traceback__, path)}
+        return {
+            "name": name,
+            "status": "timeout",
+            "message": str(exc),
+            "where": _reader_frames(exc.__traceback__, path),
+        }
     where = _reader_frames(exc.__traceback__, path)
     kind = type(exc).__name__
     text = f"{kind}: {exc}" if str(exc) else kind
     if isinstance(exc, NotImplementedError) and where:
-        return {"name": name, "status": "todo", "where": where,
-                "message": f"not written yet: your code raises {text}. Replace the `raise` with your solution"}
+        return {
+            "name": name,
+            "status": "todo",
+            "where": where,
+            "message": f"not written yet: your code raises {text}. Replace the `raise` with your solution",
+        }
     if isinstance(exc, MemoryError):
-        return {"name": name, "status": "error", "where": where, "stop": True,  # the next checks would too
-                "message": "your code ran out of memory (MemoryError): is a list or tensor growing without end?"}
+        return {
+            "name": name,
+            "status": "error",
+            "where": where,
+            "stop": True,  # the next checks would too
+            "message": "your code ran out of memory (MemoryError): is a list or tensor growing without end?",
+        }
     if isinstance(exc, RecursionError):
-        return {"name": name, "status": "error", "where": where[-600:],
-                "message": "your code recursed too deeply (RecursionError): does the recursion reach its base case?"}
+        return {
+            "name": name,
+            "status": "error",
+            "where": where[-600:],
+            "message": "your code recursed too deeply (RecursionError): does the recursion reach its base case?",
+        }
     if where:
-        return {"name": name, "status": "error", "where": where, "message": f"your code raised {text}"}
-    if isinstance(exc, ModuleNotFoundError):  # the checks' own import: the environment, not the reader
-        return {"name": name, "status": "error",
-                "message": f"the judge's Python lacks the module '{exc.name}': run it with the book's environment "
-                           f"(`make test` creates .venv once; then `.venv/bin/python practice/judge.py`)"}
-    return {"name": name, "status": "error",
-            "message": f"the check could not use what your code returned ({text}): "
-                       f"compare the type and shape of your result with the statement"}
+        return {
+            "name": name,
+            "status": "error",
+            "where": where,
+            "message": f"your code raised {text}",
+        }
+    if isinstance(
+        exc, ModuleNotFoundError
+    ):  # the checks' own import: the environment, not the reader
+        return {
+            "name": name,
+            "status": "error",
+            "message": f"the judge's Python lacks the module '{exc.name}': run it with the book's environment "
+            f"(`make test` creates .venv once; then `.venv/bin/python practice/judge.py`)",
+        }
+    return {
+        "name": name,
+        "status": "error",
+        "message": f"the check could not use what your code returned ({text}): "
+        f"compare the type and shape of your result with the statement",
+    }
 
 
 def _hang_result(name, exc, path):
@@ -140,43 +191,86 @@ def _hang_result(name, exc, path):
         calls = re.findall(r'File "[^"]+", line \d+ in (\w+)', stack)
         inside = f" (waiting inside {calls[0]})" if calls else ""
         lines.append(f"rank {rank}{inside}:\n" + (frames or "    (not in your code)"))
-    return {"name": name, "status": "hang", "where": "\n".join(lines),
-            "message": f"the ranks hung: ranks {sorted(exc.stuck)} never finished. Usually ranks wait for each "
-                       f"other: a recv whose send never comes, or ranks calling different collectives (or the "
-                       f"same ones in a different order, or with different sizes). Where each rank was stuck:"}
+    return {
+        "name": name,
+        "status": "hang",
+        "where": "\n".join(lines),
+        "message": f"the ranks hung: ranks {sorted(exc.stuck)} never finished. Usually ranks wait for each "
+        f"other: a recv whose send never comes, or ranks calling different collectives (or the "
+        f"same ones in a different order, or with different sizes). Where each rank was stuck:",
+    }
 
 
 def _rank_error_result(name, exc, path):
     tb = exc.rank_traceback or ""
-    last = next((line for line in reversed(tb.strip().splitlines()) if line and not line.startswith(" ")), "")
+    last = next(
+        (
+            line
+            for line in reversed(tb.strip().splitlines())
+            if line and not line.startswith(" ")
+        ),
+        "",
+    )
     where = _reader_frames_from_text(tb, path)
     if last.startswith("NotImplementedError") and where:
-        return {"name": name, "status": "todo", "where": where,
-                "message": f"not written yet: on rank {exc.rank} your code raises {last}. "
-                           f"Replace the `raise` with your solution"}
+        return {
+            "name": name,
+            "status": "todo",
+            "where": where,
+            "message": f"not written yet: on rank {exc.rank} your code raises {last}. "
+            f"Replace the `raise` with your solution",
+        }
     if last.startswith("SystemExit"):
-        return {"name": name, "status": "exit", "where": where,
-                "message": f"your code called sys.exit() on rank {exc.rank}: "
-                           f"a solution returns its answer instead of ending the process"}
+        return {
+            "name": name,
+            "status": "exit",
+            "where": where,
+            "message": f"your code called sys.exit() on rank {exc.rank}: "
+            f"a solution returns its answer instead of ending the process",
+        }
     if "without returning a result" in str(exc).splitlines()[0]:
         first = str(exc).splitlines()[0]
-        said = [line.strip() for line in tb.splitlines() if "what():" in line or "Error" in line]
+        said = [
+            line.strip()
+            for line in tb.splitlines()
+            if "what():" in line or "Error" in line
+        ]
         detail = f" ({said[-1].split('what():')[-1].strip()})" if said else ""
         if "mismatch" in tb or "doesn't match" in tb:
-            return {"name": name, "status": "error", "where": where, "stop": True,
-                    "message": f"{first}{detail}: the ranks called different collectives, or with different "
-                               f"sizes. Every rank must make the same collective calls in the same order"}
-        return {"name": name, "status": "error", "where": where,
-                "message": f"{first}{detail}. Did your code call os._exit(), or crash?"}
+            return {
+                "name": name,
+                "status": "error",
+                "where": where,
+                "stop": True,
+                "message": f"{first}{detail}: the ranks called different collectives, or with different "
+                f"sizes. Every rank must make the same collective calls in the same order",
+            }
+        return {
+            "name": name,
+            "status": "error",
+            "where": where,
+            "message": f"{first}{detail}. Did your code call os._exit(), or crash?",
+        }
     if where:
         note = ""
         if "by peer" in last or "Connection reset" in last:
-            note = (". Another rank stopped or called a different collective at that moment: ranks that "
-                    "disagree on which collectives to call, or how many times, fail (or hang) like this")
-        return {"name": name, "status": "error", "where": where, "stop": bool(note),  # a mismatch repeats
-                "message": f"on rank {exc.rank} your code raised {last}{note}"}
-    return {"name": name, "status": "error", "where": _tail(tb, 1200),
-            "message": f"rank {exc.rank} failed outside your code: {last}"}
+            note = (
+                ". Another rank stopped or called a different collective at that moment: ranks that "
+                "disagree on which collectives to call, or how many times, fail (or hang) like this"
+            )
+        return {
+            "name": name,
+            "status": "error",
+            "where": where,
+            "stop": bool(note),  # a mismatch repeats
+            "message": f"on rank {exc.rank} your code raised {last}{note}",
+        }
+    return {
+        "name": name,
+        "status": "error",
+        "where": _tail(tb, 1200),
+        "message": f"rank {exc.rank} failed outside your code: {last}",
+    }
 
 
 def _tail(text, n):
@@ -186,10 +280,15 @@ def _tail(text, n):
 def _reader_frames(tb, path):
     """The frames of a traceback that lie in the reader's file, as text."""
     frames = [f for f in traceback.extract_tb(tb) if _same_file(f.filename, path)]
-    return "\n".join(f"    line {f.lineno}, in {f.name}: {(f.line or '').strip()}" for f in frames[-4:])
+    return "\n".join(
+        f"    line {f.lineno}, in {f.name}: {(f.line or '').strip()}"
+        for f in frames[-4:]
+    )
 
 
-_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)(?:\n[ \t]+(?![ \t]*File ")(.+))?')
+_FRAME = re.compile(
+    r'File "([^"]+)", line (\d+),? in (\S+)(?:\n[ \t]+(?![ \t]*File ")(.+))?'
+)
 
 
 def _reader_frames_from_text(text, path):
@@ -221,8 +320,16 @@ def _same_file(a, b):
 # Words for the reader (the terminal and the browser print the same lines)
 # ----------------------------------------------------------------------------
 
-MARKS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "todo": "TODO", "hang": "HANG",
-         "timeout": "TIMEOUT", "exit": "EXIT", "skipped": "SKIP"}
+MARKS = {
+    "passed": "PASS",
+    "failed": "FAIL",
+    "error": "ERROR",
+    "todo": "TODO",
+    "hang": "HANG",
+    "timeout": "TIMEOUT",
+    "exit": "EXIT",
+    "skipped": "SKIP",
+}
 
 
 def describe(result):
@@ -245,7 +352,11 @@ def overall(results):
     if all(s == "passed" for s in statuses):
         return "passed", f"all {len(results)} checks passed"
     first_bad = next(r for r in results if r["status"] != "passed")
-    verdict = first_bad["status"] if first_bad["status"] in ("hang", "timeout", "exit") else "failed"
+    verdict = (
+        first_bad["status"]
+        if first_bad["status"] in ("hang", "timeout", "exit")
+        else "failed"
+    )
     return verdict, f"{statuses.count('passed')} of {len(results)} checks passed"
 
 

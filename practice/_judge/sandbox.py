@@ -24,10 +24,11 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(PRACTICE_DIR)
 
-OUTPUT_CAP_BYTES = 4 * 1024 * 1024   # more than this much printing is a runaway loop
-# Address space for exercises without torch (torch alone maps more than this; rank exercises get no cap).
+OUTPUT_CAP_BYTES = 4 * 1024 * 1024  # more than this much printing is a runaway loop
+# Address space for exercises without torch (torch alone maps more than this; rank
+# exercises get no cap).
 MEMORY_CAP_BYTES = 1024 * 1024 * 1024
-SHOWN_OUTPUT_CHARS = 1500            # how much of what the reader's code printed a report shows
+SHOWN_OUTPUT_CHARS = 1500  # how much of what the reader's code printed a report shows
 
 
 @dataclasses.dataclass
@@ -53,7 +54,8 @@ class Report:
 
 
 def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None):
-    """Grade the reader's file ``path`` against ``exercise``'s checks; return a :class:`Report`."""
+    """Grade the reader's file ``path`` against ``exercise``'s checks; return a
+    :class:`Report`."""
     time_limit_s = time_limit_s or exercise.time_limit_s
     check_timeout_s = check_timeout_s or exercise.check_timeout_s
     work = tempfile.mkdtemp(prefix="judge-")
@@ -64,10 +66,22 @@ def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None):
     try:
         with open(out_path, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, CHILD, exercise.dir, os.path.abspath(path), events_path,
-                 str(check_timeout_s), str(OUTPUT_CAP_BYTES), str(0 if exercise.ranks else MEMORY_CAP_BYTES)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=work, env=_child_env(), start_new_session=True,
+                [
+                    sys.executable,
+                    CHILD,
+                    exercise.dir,
+                    os.path.abspath(path),
+                    events_path,
+                    str(check_timeout_s),
+                    str(OUTPUT_CAP_BYTES),
+                    str(0 if exercise.ranks else MEMORY_CAP_BYTES),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=work,
+                env=_child_env(),
+                start_new_session=True,
             )
             try:
                 killed_for = _wait(proc, time_limit_s, out_path)
@@ -76,15 +90,27 @@ def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None):
         seconds = time.monotonic() - started
         events = _read_events(events_path)
         printed, printed_bytes = _read_output(out_path)
-        return _report(proc.returncode, killed_for, events, printed, printed_bytes, time_limit_s, seconds)
+        return _report(
+            proc.returncode,
+            killed_for,
+            events,
+            printed,
+            printed_bytes,
+            time_limit_s,
+            seconds,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _child_env():
     env = dict(os.environ)
-    # The checks import _judge (practice/) and mylib (the repo root), also in the ranks they start.
-    env["PYTHONPATH"] = os.pathsep.join([PRACTICE_DIR, REPO_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # The checks import _judge (practice/) and mylib (the repo root), also in the ranks
+    # they start.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [PRACTICE_DIR, REPO_DIR]
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONHASHSEED"] = "0"
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -108,7 +134,8 @@ def _wait(proc, time_limit_s, out_path):
 
 
 def _kill_group(proc):
-    """Kill the child and everything it started (ranks, fork servers); never leave a process."""
+    """Kill the child and everything it started (ranks, fork servers); never leave a
+    process."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
@@ -135,8 +162,11 @@ def _read_output(path):
             if size > 2 * SHOWN_OUTPUT_CHARS:
                 f.seek(size - SHOWN_OUTPUT_CHARS)
                 tail = f.read()
-                text = (head.decode("utf-8", "replace") + f"\n... ({size} bytes in all) ...\n"
-                        + tail.decode("utf-8", "replace"))
+                text = (
+                    head.decode("utf-8", "replace")
+                    + f"\n... ({size} bytes in all) ...\n"
+                    + tail.decode("utf-8", "replace")
+                )
             else:
                 text = (head + f.read()).decode("utf-8", "replace")
         return text, size
@@ -144,7 +174,9 @@ def _read_output(path):
         return "", 0
 
 
-def _report(returncode, killed_for, events, printed, printed_bytes, time_limit_s, seconds):
+def _report(
+    returncode, killed_for, events, printed, printed_bytes, time_limit_s, seconds
+):
     """Decide the verdict from how the child ended and what it reported."""
     by_kind = {}
     for e in events:
@@ -155,8 +187,16 @@ def _report(returncode, killed_for, events, printed, printed_bytes, time_limit_s
         if e["index"] < len(results):
             results[e["index"]] = e["result"]
     started = [e for e in by_kind.get("check_start", [])]
-    running = started[-1]["name"] if started and results[started[-1]["index"]] is None else None
-    during = f" during the check '{running}'" if running else ("" if "loaded" in by_kind else " while loading your file")
+    running = (
+        started[-1]["name"]
+        if started and results[started[-1]["index"]] is None
+        else None
+    )
+    during = (
+        f" during the check '{running}'"
+        if running
+        else ("" if "loaded" in by_kind else " while loading your file")
+    )
 
     def finish(verdict, message, where=""):
         # The check that was running gets the verdict; the ones after it never ran.
@@ -166,26 +206,53 @@ def _report(returncode, killed_for, events, printed, printed_bytes, time_limit_s
                     status = verdict if verdict in ("timeout", "exit") else "error"
                     results[i] = {"name": name, "status": status, "message": message}
                 else:
-                    results[i] = {"name": name, "status": "skipped", "message": "not run: the process had ended"}
+                    results[i] = {
+                        "name": name,
+                        "status": "skipped",
+                        "message": "not run: the process had ended",
+                    }
         return Report(verdict, message, results, printed, where, seconds)
 
     if killed_for == "timeout":
-        return finish("timeout", f"your code ran past the time limit of {time_limit_s:g} s{during} and was "
-                                 f"stopped: an infinite loop, or a wait that never ends?")
-    if killed_for == "output" or returncode == -getattr(signal, "SIGXFSZ", 25) or printed_bytes >= OUTPUT_CAP_BYTES:
-        return finish("too much output", f"your code printed more than {OUTPUT_CAP_BYTES // (1024 * 1024)} MB{during} "
-                                         f"and was stopped: is a print inside a loop that never ends?")
+        return finish(
+            "timeout",
+            f"your code ran past the time limit of {time_limit_s:g} s{during} and was "
+            f"stopped: an infinite loop, or a wait that never ends?",
+        )
+    if (
+        killed_for == "output"
+        or returncode == -getattr(signal, "SIGXFSZ", 25)
+        or printed_bytes >= OUTPUT_CAP_BYTES
+    ):
+        return finish(
+            "too much output",
+            f"your code printed more than {OUTPUT_CAP_BYTES // (1024 * 1024)} MB{during} "
+            f"and was stopped: is a print inside a loop that never ends?",
+        )
     if "load_error" in by_kind:
         e = by_kind["load_error"][0]
-        return Report(e["verdict"], e["message"], [], printed, e.get("where", ""), seconds)
+        return Report(
+            e["verdict"], e["message"], [], printed, e.get("where", ""), seconds
+        )
     if returncode is not None and returncode < 0:
         name = _signal_name(-returncode)
-        what = "a segmentation fault (it read or wrote memory it does not own)" if name == "SIGSEGV" else name
-        return finish("crash", f"the process running your code was killed by {what}{during}. "
-                               f"What it printed (below) shows the line that crashed", "")
+        what = (
+            "a segmentation fault (it read or wrote memory it does not own)"
+            if name == "SIGSEGV"
+            else name
+        )
+        return finish(
+            "crash",
+            f"the process running your code was killed by {what}{during}. "
+            f"What it printed (below) shows the line that crashed",
+            "",
+        )
     if "done" not in by_kind:
-        return finish("exit", f"the process running your code ended{during} with exit status {returncode} before "
-                              f"the checks were done: does your code call sys.exit() or os._exit()?")
+        return finish(
+            "exit",
+            f"the process running your code ended{during} with exit status {returncode} before "
+            f"the checks were done: does your code call sys.exit() or os._exit()?",
+        )
     verdict, message = overall(results)
     return Report(verdict, message, results, printed, "", seconds)
 

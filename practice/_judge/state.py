@@ -24,7 +24,8 @@ BACKUP_DIR = os.path.join(JUDGE_HOME, ".backup")
 
 
 def ensure_workspace(exercise):
-    """The reader's file for ``exercise``, copied from the starter if it does not exist yet."""
+    """The reader's file for ``exercise``, copied from the starter if it does not exist
+    yet."""
     path = exercise.workspace
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -41,7 +42,8 @@ def is_untouched(exercise):
 
 
 def reset(exercise):
-    """Put the pristine starter back; return the backup path of the reader's file (or None)."""
+    """Put the pristine starter back; return the backup path of the reader's file (or
+    None)."""
     path = exercise.workspace
     backup = None
     if os.path.exists(path) and not is_untouched(exercise):
@@ -77,7 +79,9 @@ class Progress:
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as e:
-            self.warning = f"ignored a damaged progress file {path} ({e}); it will be rewritten"
+            self.warning = (
+                f"ignored a damaged progress file {path} ({e}); it will be rewritten"
+            )
 
     def record(self, exercise_id):
         """The record of one exercise (an empty one if never graded)."""
@@ -112,10 +116,13 @@ class Progress:
 
 
 def state_of(exercise, progress):
-    """The reader's state of one exercise: 'passed', 'passed, edited since', 'failed', 'edited' or 'not started'."""
+    """The reader's state of one exercise: 'passed', 'passed, edited since', 'failed',
+    'edited' or 'not started'."""
     rec = progress.data["exercises"].get(exercise.id, {})
     if "state" in rec:
-        changed = os.path.exists(exercise.workspace) and rec.get("graded_hash") != file_hash(exercise.workspace)
+        changed = os.path.exists(exercise.workspace) and rec.get(
+            "graded_hash"
+        ) != file_hash(exercise.workspace)
         if rec["state"] == "passed":
             return "passed, edited since" if changed else "passed"
         return "edited" if changed else rec["state"]

@@ -18,17 +18,24 @@ POLL_S = 0.5
 
 
 def watch(args, exercises, console, progress, grade_one):
-    """Grade, then re-grade after every save, until Ctrl-C (or ``JUDGE_WATCH_MAX_GRADES`` grades)."""
+    """Grade, then re-grade after every save, until Ctrl-C (or
+    ``JUDGE_WATCH_MAX_GRADES`` grades)."""
     max_grades = int(os.environ.get("JUDGE_WATCH_MAX_GRADES", "0")) or None
     follow_next = args.target is None
-    ex = catalog.find(exercises, args.target) if args.target else _next(exercises, progress)
+    ex = (
+        catalog.find(exercises, args.target)
+        if args.target
+        else _next(exercises, progress)
+    )
     if ex is None:
         report.print_next(console, exercises, _states(exercises, progress))
         return 0
     grades = 0
     while True:
         path = args.file or state.ensure_workspace(ex)
-        graded = _signature(path)  # taken before grading: a save during grading is not missed
+        graded = _signature(
+            path
+        )  # taken before grading: a save during grading is not missed
         result = grade_one(args, ex, console, progress)
         grades += 1
         if max_grades and grades >= max_grades:
@@ -41,8 +48,12 @@ def watch(args, exercises, console, progress, grade_one):
                 ex = nxt
                 continue
         how = "polling" if args.poll or not _has_watchdog() else "file events"
-        console.print(report.Text(f"Watching {report.rel(path)} ({how}): save it to grade again, Ctrl-C to stop.",
-                                  style="dim"))
+        console.print(
+            report.Text(
+                f"Watching {report.rel(path)} ({how}): save it to grade again, Ctrl-C to stop.",
+                style="dim",
+            )
+        )
         wait_for_change(path, poll=args.poll, since=graded)
         console.print(report.Text("-" * 60, style="dim"))
 
@@ -58,6 +69,7 @@ def _next(exercises, progress):
 def _has_watchdog():
     try:
         import watchdog.observers  # noqa: F401
+
         return True
     except ImportError:
         return False
@@ -72,7 +84,8 @@ def _signature(path):
 
 
 def wait_for_change(path, poll=False, since=None):
-    """Return once the file at ``path`` differs from ``since`` (default: now) in content, size or time."""
+    """Return once the file at ``path`` differs from ``since`` (default: now) in
+    content, size or time."""
     before = _signature(path) if since is None else since
     if not poll and _has_watchdog():
         _wait_with_events(path, before)
@@ -97,7 +110,8 @@ def _wait_with_events(path, before):
     observer.schedule(Handler(), os.path.dirname(os.path.abspath(path)))
     observer.start()
     try:
-        # Events can be missed (network file systems): check the file now and then as well.
+        # Events can be missed (network file systems): check the file now and then as
+        # well.
         while not changed.wait(2.0):
             if _signature(path) != before:
                 break

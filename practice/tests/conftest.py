@@ -1,4 +1,5 @@
-"""Shared fixtures of the judge's tests: the exercises, and every solution and starter graded once."""
+"""Shared fixtures of the judge's tests: the exercises, and every solution and starter
+graded once."""
 
 import concurrent.futures
 import os
@@ -13,19 +14,25 @@ if PRACTICE_DIR not in sys.path:
 from _judge import catalog  # noqa: E402
 from _judge.sandbox import grade_file  # noqa: E402
 
-# Two at a time: the machine has 2 cores, and rank exercises spend much of their time waiting.
+# Two at a time: the machine has 2 cores, and rank exercises spend much of their time
+# waiting.
 JOBS = int(os.environ.get("JUDGE_TEST_JOBS", "2"))
 
 
 def grade_everything(exercises):
-    """Every reference solution and every untouched starter, graded once, ``JOBS`` at a time.
+    """Every reference solution and every untouched starter, graded once, ``JOBS`` at a
+    time.
 
-    One pool for both keeps both cores busy to the end; rank exercises go first, being the slowest.
+    One pool for both keeps both cores busy to the end; rank exercises go first, being
+    the slowest.
     """
     jobs = [(ex, name) for name in ("solution.py", "starter.py") for ex in exercises]
     jobs.sort(key=lambda job: not job[0].ranks)
     with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
-        futures = {(ex.id, name): pool.submit(grade_file, ex, ex.path(name)) for ex, name in jobs}
+        futures = {
+            (ex.id, name): pool.submit(grade_file, ex, ex.path(name))
+            for ex, name in jobs
+        }
         return {key: f.result() for key, f in futures.items()}
 
 

@@ -31,10 +31,21 @@ def home(tmp_path):
 
 
 def judge(home, *args, env=None, timeout=120):
-    environment = {**os.environ, "JUDGE_HOME": str(home), "COLUMNS": "160", **(env or {})}
+    environment = {
+        **os.environ,
+        "JUDGE_HOME": str(home),
+        "COLUMNS": "160",
+        **(env or {}),
+    }
     environment.pop("FORCE_COLOR", None) if not (env and "FORCE_COLOR" in env) else None
-    out = subprocess.run([sys.executable, JUDGE, *args], capture_output=True, text=True, timeout=timeout,
-                         env=environment, cwd=os.path.dirname(PRACTICE_DIR))
+    out = subprocess.run(
+        [sys.executable, JUDGE, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=os.path.dirname(PRACTICE_DIR),
+    )
     assert "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
     return out
 
@@ -50,8 +61,12 @@ def test_list_shows_every_exercise_progress_and_next_step(home):
         assert ex.number in out.stdout and ex.title[:20] in out.stdout
     assert f"Progress: 0 of {len(EXERCISES)} passed" in out.stdout
     assert "Next: 01" in out.stdout
-    assert "practice/workspace/01_ring_all_reduce.py" not in out.stdout or True  # the path shown is JUDGE_HOME's
-    assert "01_ring_all_reduce.py" in out.stdout and "practice/judge.py 01" in out.stdout
+    assert (
+        "practice/workspace/01_ring_all_reduce.py" not in out.stdout or True
+    )  # the path shown is JUDGE_HOME's
+    assert (
+        "01_ring_all_reduce.py" in out.stdout and "practice/judge.py 01" in out.stdout
+    )
 
 
 def test_grading_creates_the_file_from_the_starter_and_fails(home):
@@ -81,15 +96,25 @@ def test_passing_records_progress_and_points_to_the_next(home):
 
 
 def test_ids_can_be_numbers_slugs_or_paths(home):
-    for name in ("06", "6", "assign_buckets", "06_assign_buckets", "practice/workspace/06_assign_buckets.py"):
+    for name in (
+        "06",
+        "6",
+        "assign_buckets",
+        "06_assign_buckets",
+        "practice/workspace/06_assign_buckets.py",
+    ):
         out = judge(home, "show", name)
-        assert out.returncode == 0 and "# 06 · Assign parameters to buckets" in out.stdout
+        assert (
+            out.returncode == 0 and "# 06 · Assign parameters to buckets" in out.stdout
+        )
 
 
 def test_unknown_id_and_bad_commands_name_the_fix(home):
     out = judge(home, "99")
     assert out.returncode == 2
-    assert "there is no exercise '99'" in out.stdout and "practice/judge.py" in out.stdout
+    assert (
+        "there is no exercise '99'" in out.stdout and "practice/judge.py" in out.stdout
+    )
     out = judge(home, "hint")
     assert out.returncode == 2 and "needs an exercise id" in out.stdout
     out = judge(home, "06", "07")
@@ -123,7 +148,9 @@ def test_reset_restores_the_starter_and_keeps_a_backup(home):
 def test_grading_never_changes_the_readers_file(home):
     judge(home, "06")
     path = workspace(home, BUCKETS)
-    path.write_text("def assign_buckets(p, c, f=None):\n    while True:\n        pass\n")
+    path.write_text(
+        "def assign_buckets(p, c, f=None):\n    while True:\n        pass\n"
+    )
     before = path.read_bytes()
     judge(home, "06", "--check-timeout", "1")
     assert path.read_bytes() == before
@@ -145,10 +172,14 @@ def test_piped_output_has_no_colour_and_forced_colour_has(home):
 
 
 def test_maintainer_flags_grade_solutions_and_starters(home):
-    out = judge(home, "all", "02", "--solutions", timeout=600)  # every solution: test_judge_exercises.py
+    out = judge(
+        home, "all", "02", "--solutions", timeout=600
+    )  # every solution: test_judge_exercises.py
     assert out.returncode == 0, out.stdout[-3000:]
     assert "PASSED" in out.stdout and "Grades" in out.stdout
-    assert not (home / ".progress.json").exists(), "maintainer runs do not touch the reader's progress"
+    assert not (home / ".progress.json").exists(), (
+        "maintainer runs do not touch the reader's progress"
+    )
     out = judge(home, "02", "--starters")
     assert out.returncode == 1
 
@@ -157,10 +188,17 @@ def test_watch_regrades_on_save_without_file_events(home):
     judge(home, "06")
     path = workspace(home, BUCKETS)
     env = {**os.environ, "JUDGE_HOME": str(home), "JUDGE_WATCH_MAX_GRADES": "2"}
-    proc = subprocess.Popen([sys.executable, JUDGE, "watch", "06", "--poll"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, JUDGE, "watch", "06", "--poll"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in proc.stdout], daemon=True
+    ).start()
     seen = []
     try:
         deadline = time.monotonic() + 60

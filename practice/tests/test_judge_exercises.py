@@ -1,4 +1,5 @@
-"""Every exercise is complete, every reference solution passes, every untouched starter fails."""
+"""Every exercise is complete, every reference solution passes, every untouched starter
+fails."""
 
 import ast
 import os
@@ -16,8 +17,12 @@ def test_there_are_enough_exercises_and_every_chapter_has_one():
     assert len(EXERCISES) >= 13
     assert {ex.chapter for ex in EXERCISES} == set(range(1, 9))
     assert {ex.difficulty for ex in EXERCISES} == {"easy", "medium", "hard"}
-    assert len({ex.slug for ex in EXERCISES}) == len(EXERCISES), "slugs (and so book labels) must be unique"
-    assert [ex.number for ex in EXERCISES] == [f"{i:02d}" for i in range(1, len(EXERCISES) + 1)]
+    assert len({ex.slug for ex in EXERCISES}) == len(EXERCISES), (
+        "slugs (and so book labels) must be unique"
+    )
+    assert [ex.number for ex in EXERCISES] == [
+        f"{i:02d}" for i in range(1, len(EXERCISES) + 1)
+    ]
 
 
 @pytest.mark.parametrize("exercise_id", IDS)
@@ -29,25 +34,35 @@ def test_exercise_is_complete(exercise_id):
         assert section in readme, f"{ex.id}/README.md lacks '{section}'"
     assert readme.startswith(f"# {ex.number} · {ex.title}")
     starter = open(ex.path("starter.py"), encoding="utf-8").read()
-    assert f"python practice/judge.py {ex.number}" in starter, "the starter says how to grade it"
+    assert f"python practice/judge.py {ex.number}" in starter, (
+        "the starter says how to grade it"
+    )
     from _judge.loading import load_checks
     from _judge.running import collect_checks
+
     assert len(collect_checks(load_checks(ex.dir))) >= 3
 
 
 @pytest.mark.parametrize("exercise_id", [ex.id for ex in EXERCISES if ex.browser])
 def test_browser_exercises_need_only_the_standard_library(exercise_id):
-    """Pyodide has no torch or numpy: what the page runs must import only the standard library."""
+    """Pyodide has no torch or numpy: what the page runs must import only the standard
+    library."""
     ex = catalog.find(EXERCISES, exercise_id)
     assert not ex.ranks
     for name in ("checks.py", "solution.py", "starter.py"):
         tree = ast.parse(open(ex.path(name), encoding="utf-8").read())
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                modules = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module]
+                )
                 for module in modules:
                     top = module.split(".")[0]
-                    assert top in sys.stdlib_module_names or top == "_judge", f"{ex.id}/{name} imports {module}"
+                    assert top in sys.stdlib_module_names or top == "_judge", (
+                        f"{ex.id}/{name} imports {module}"
+                    )
 
 
 @pytest.mark.timeout(1200)
@@ -55,7 +70,9 @@ def test_browser_exercises_need_only_the_standard_library(exercise_id):
 def test_reference_solution_passes(exercise_id, graded_solutions):
     report = graded_solutions[exercise_id]
     failures = [r for r in report.results if r["status"] != "passed"]
-    assert report.passed, f"{exercise_id}: {report.verdict}: {report.message}\n{failures}\n{report.printed}"
+    assert report.passed, (
+        f"{exercise_id}: {report.verdict}: {report.message}\n{failures}\n{report.printed}"
+    )
 
 
 @pytest.mark.timeout(1200)
@@ -63,9 +80,12 @@ def test_reference_solution_passes(exercise_id, graded_solutions):
 def test_untouched_starter_fails(exercise_id, graded_starters):
     report = graded_starters[exercise_id]
     assert not report.passed
-    assert report.results, f"{exercise_id}: the starter must load and reach the checks ({report.message})"
+    assert report.results, (
+        f"{exercise_id}: the starter must load and reach the checks ({report.message})"
+    )
     first = next(r for r in report.results if r["status"] != "passed")
-    # An untouched starter says "not written yet", except the hang exercise, whose starter is the bug.
+    # An untouched starter says "not written yet", except the hang exercise, whose
+    # starter is the bug.
     if exercise_id.startswith("13_"):
         assert first["status"] in ("hang", "error")
     else:
@@ -73,6 +93,11 @@ def test_untouched_starter_fails(exercise_id, graded_starters):
 
 
 def test_the_readme_lists_every_exercise_for_chapter_authors():
-    readme = open(os.path.join(os.path.dirname(catalog.EXERCISES_DIR), "README.md"), encoding="utf-8").read()
+    readme = open(
+        os.path.join(os.path.dirname(catalog.EXERCISES_DIR), "README.md"),
+        encoding="utf-8",
+    ).read()
     for ex in EXERCISES:
-        assert f"| {ex.chapter} | `{ex.id}` | `{ex.label}` | {ex.difficulty} |" in readme, ex.id
+        assert (
+            f"| {ex.chapter} | `{ex.id}` | `{ex.label}` | {ex.difficulty} |" in readme
+        ), ex.id

@@ -23,7 +23,7 @@ PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JUDGE = os.path.join(PRACTICE_DIR, "judge.py")
 EXERCISES = catalog.load_exercises()
 BUCKETS = catalog.find(EXERCISES, "06")  # a fast, standard-library exercise
-RING = catalog.find(EXERCISES, "01")     # an exercise on ranks
+RING = catalog.find(EXERCISES, "01")  # an exercise on ranks
 
 
 def write(tmp_path, source, name="mine.py"):
@@ -50,11 +50,14 @@ def first_problem(report):
 
 
 def test_syntax_error_names_the_line(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             return [[i for i in range(len(param_bytes))]
         x = (
-    """)
+    """,
+    )
     report = grade(BUCKETS, path)
     assert report.verdict == "syntax error"
     assert "line 3" in report.message or "line 2" in report.message
@@ -78,11 +81,14 @@ def test_exception_while_loading(tmp_path):
 
 
 def test_exception_in_the_function_points_at_its_line(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             ratio = cap_bytes / 0
             return []
-    """)
+    """,
+    )
     report = grade(BUCKETS, path)
     assert report.verdict == "failed"
     problem = first_problem(report)
@@ -92,25 +98,33 @@ def test_exception_in_the_function_points_at_its_line(tmp_path):
 
 
 def test_missing_function_is_named(tmp_path):
-    path = write(tmp_path, "def assign_bucket(param_bytes, cap_bytes):\n    return []\n")
+    path = write(
+        tmp_path, "def assign_bucket(param_bytes, cap_bytes):\n    return []\n"
+    )
     problem = first_problem(grade(BUCKETS, path))
     assert problem["status"] == "failed"
     assert "defines no `assign_buckets`" in problem["message"]
 
 
 def test_wrong_type_is_a_failed_check_not_a_crash(tmp_path):
-    path = write(tmp_path, "def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):\n    pass\n")
+    path = write(
+        tmp_path,
+        "def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):\n    pass\n",
+    )
     problem = first_problem(grade(BUCKETS, path))
     assert problem["status"] == "failed"
     assert "should be a list, but it is a NoneType" in problem["message"]
 
 
 def test_infinite_loop_is_stopped_by_the_check_alarm(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             while True:
                 pass
-    """)
+    """,
+    )
     report = grade(BUCKETS, path, check_timeout_s=2)
     assert report.verdict == "timeout"
     problem = first_problem(report)
@@ -121,7 +135,9 @@ def test_infinite_loop_is_stopped_by_the_check_alarm(tmp_path):
 
 
 def test_loop_that_swallows_the_alarm_is_killed_at_the_deadline(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             while True:
                 try:
@@ -129,11 +145,14 @@ def test_loop_that_swallows_the_alarm_is_killed_at_the_deadline(tmp_path):
                         pass
                 except BaseException:
                     pass
-    """)
+    """,
+    )
     report = grade(BUCKETS, path, time_limit_s=5, check_timeout_s=1)
     assert report.verdict == "timeout"
     assert "time limit of 5 s" in report.message
-    assert "the first example of the statement" in report.message  # the check that was running
+    assert (
+        "the first example of the statement" in report.message
+    )  # the check that was running
     assert report.wall < 30
 
 
@@ -145,11 +164,14 @@ def test_infinite_loop_at_import_time(tmp_path):
 
 
 def test_sys_exit_in_the_function(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         import sys
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             sys.exit(3)
-    """)
+    """,
+    )
     report = grade(BUCKETS, path)
     assert report.verdict == "exit"
     problem = first_problem(report)
@@ -165,11 +187,14 @@ def test_sys_exit_while_loading(tmp_path):
 
 
 def test_os_exit_ends_the_process_mid_check(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         import os
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             os._exit(0)
-    """)
+    """,
+    )
     report = grade(BUCKETS, path)
     assert report.verdict == "exit"
     assert "the first example of the statement" in report.message
@@ -177,11 +202,14 @@ def test_os_exit_ends_the_process_mid_check(tmp_path):
 
 
 def test_segfault_is_a_crash_with_the_line(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         import ctypes
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             return ctypes.string_at(0)
-    """)
+    """,
+    )
     report = grade(BUCKETS, path)
     assert report.verdict == "crash"
     assert "segmentation fault" in report.message
@@ -190,11 +218,14 @@ def test_segfault_is_a_crash_with_the_line(tmp_path):
 
 
 def test_huge_output_is_cut_short(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             while True:
                 print("spam " * 200)
-    """)
+    """,
+    )
     report = grade(BUCKETS, path)
     assert report.verdict == "too much output"
     assert "printed more than 4 MB" in report.message
@@ -203,8 +234,12 @@ def test_huge_output_is_cut_short(tmp_path):
 
 
 def test_hang_in_a_collective_shows_where_each_rank_waits(tmp_path, monkeypatch):
-    monkeypatch.setenv("JUDGE_RANK_TIMEOUT", "15")  # long enough for busy machines to reach the recv
-    path = write(tmp_path, """\
+    monkeypatch.setenv(
+        "JUDGE_RANK_TIMEOUT", "15"
+    )  # long enough for busy machines to reach the recv
+    path = write(
+        tmp_path,
+        """\
         import torch
         import torch.distributed as dist
 
@@ -215,18 +250,24 @@ def test_hang_in_a_collective_shows_where_each_rank_waits(tmp_path, monkeypatch)
             dist.recv(incoming, (rank - 1) % n)  # everyone receives first: nobody sends
             dist.send(tensor, (rank + 1) % n)
             return tensor
-    """)
+    """,
+    )
     report = grade(RING, path)
     assert report.verdict == "hang"
     problem = first_problem(report)
     assert problem["status"] == "hang"
     assert "rank 0" in problem["where"] and "rank 1" in problem["where"]
-    assert "line 8, in ring_all_reduce: dist.recv(incoming, (rank - 1) % n)" in problem["where"]
+    assert (
+        "line 8, in ring_all_reduce: dist.recv(incoming, (rank - 1) % n)"
+        in problem["where"]
+    )
     assert all(r["status"] == "skipped" for r in report.results[1:])
 
 
 def test_exception_on_a_rank_names_rank_and_line(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         import torch.distributed as dist
 
 
@@ -234,16 +275,21 @@ def test_exception_on_a_rank_names_rank_and_line(tmp_path):
             if dist.get_rank() == 1:
                 raise ValueError("rank one disagrees")
             return tensor
-    """)
+    """,
+    )
     report = grade(RING, path)
     problem = first_problem(report)
     assert problem["status"] == "error"
-    assert "on rank 1 your code raised ValueError: rank one disagrees" in problem["message"]
+    assert (
+        "on rank 1 your code raised ValueError: rank one disagrees"
+        in problem["message"]
+    )
     assert "line 6" in problem["where"]
 
 
 def test_the_cli_never_shows_its_own_traceback(tmp_path):
-    """Through the command line: a clear verdict, exit status 1, no traceback of the judge."""
+    """Through the command line: a clear verdict, exit status 1, no traceback of the
+    judge."""
     cases = {
         "syntax.py": "def assign_buckets(:\n",
         "raises.py": "def assign_buckets(p, c, f=None):\n    return {}['missing']\n",
@@ -251,8 +297,13 @@ def test_the_cli_never_shows_its_own_traceback(tmp_path):
     }
     for name, source in cases.items():
         path = write(tmp_path, source, name)
-        out = subprocess.run([sys.executable, JUDGE, "06", "--file", str(path)], capture_output=True, text=True,
-                             timeout=120, env={**os.environ, "JUDGE_HOME": str(tmp_path)})
+        out = subprocess.run(
+            [sys.executable, JUDGE, "06", "--file", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "JUDGE_HOME": str(tmp_path)},
+        )
         assert out.returncode == 1, (name, out.stdout, out.stderr)
         assert "Traceback" not in out.stdout + out.stderr, (name, out.stdout)
         assert out.stderr == "", (name, out.stderr)
@@ -267,12 +318,15 @@ def test_a_broken_exercise_folder_is_a_clear_error_not_a_traceback(tmp_path):
 
 
 def test_memory_that_grows_forever_is_a_memory_error(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
             hoard = []
             while True:
                 hoard.append(bytearray(3 * 10**8))
-    """)
+    """,
+    )
     report = grade(BUCKETS, path)
     problem = first_problem(report)
     assert problem["status"] == "error" and "ran out of memory" in problem["message"]

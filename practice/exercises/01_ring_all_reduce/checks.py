@@ -3,12 +3,25 @@
 from _judge.checking import check, expect_close, expect_equal, fail
 from _judge.ranks import on_ranks
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather", "all_gather_into_tensor",
-               "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter", "batch_isend_irecv")
+COLLECTIVES = (
+    "all_reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_gather",
+    "all_gather_into_tensor",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "batch_isend_irecv",
+)
 
 
 def worker(ring_all_reduce, shape, dtype_name, seed):
-    """On each rank: random data, the reader's ring all-reduce, and dist.all_reduce to compare."""
+    """On each rank: random data, the reader's ring all-reduce, and dist.all_reduce to
+    compare."""
     import torch
     import torch.distributed as dist
 
@@ -19,15 +32,27 @@ def worker(ring_all_reduce, shape, dtype_name, seed):
     data = torch.randn(shape, generator=g, dtype=getattr(torch, dtype_name))
     expected = data.clone()
     dist.all_reduce(expected)
-    with spy_on_dist(["send", "isend"], forbid=COLLECTIVES, reader_functions=[ring_all_reduce],
-                     why="build the all-reduce from send/recv/isend/irecv") as spy:
+    with spy_on_dist(
+        ["send", "isend"],
+        forbid=COLLECTIVES,
+        reader_functions=[ring_all_reduce],
+        why="build the all-reduce from send/recv/isend/irecv",
+    ) as spy:
         out = ring_all_reduce(data)
     dist.barrier()
-    returned_ok = isinstance(out, torch.Tensor) and out.shape == data.shape and bool(torch.equal(out, data))
-    return {"in_place_diff": float((data - expected).abs().max()) if data.numel() else 0.0,
-            "returned_ok": returned_ok, "bytes_sent": spy.bytes("send", "isend"),
-            "tensor_bytes": data.numel() * data.element_size(), "got": data.flatten()[:6].tolist(),
-            "expected": expected.flatten()[:6].tolist()}
+    returned_ok = (
+        isinstance(out, torch.Tensor)
+        and out.shape == data.shape
+        and bool(torch.equal(out, data))
+    )
+    return {
+        "in_place_diff": float((data - expected).abs().max()) if data.numel() else 0.0,
+        "returned_ok": returned_ok,
+        "bytes_sent": spy.bytes("send", "isend"),
+        "tensor_bytes": data.numel() * data.element_size(),
+        "got": data.flatten()[:6].tolist(),
+        "expected": expected.flatten()[:6].tolist(),
+    }
 
 
 def run(sol, world_size, shape, dtype_name="float32", seed=0):
@@ -35,11 +60,18 @@ def run(sol, world_size, shape, dtype_name="float32", seed=0):
     results = on_ranks(worker, world_size, sol.ring_all_reduce, shape, dtype_name, seed)
     for rank, r in enumerate(results):
         if r["in_place_diff"] > 1e-5:
-            fail(f"on rank {rank} the tensor does not hold the sum over all ranks afterwards "
-                 f"(largest difference {r['in_place_diff']:.3g}); it must be summed in place",
-                 input=shown, expected=r["expected"], got=r["got"])
+            fail(
+                f"on rank {rank} the tensor does not hold the sum over all ranks afterwards "
+                f"(largest difference {r['in_place_diff']:.3g}); it must be summed in place",
+                input=shown,
+                expected=r["expected"],
+                got=r["got"],
+            )
         if not r["returned_ok"]:
-            fail(f"on rank {rank} the function must return the tensor it was given, summed", input=shown)
+            fail(
+                f"on rank {rank} the function must return the tensor it was given, summed",
+                input=shown,
+            )
     return shown, results
 
 
@@ -63,8 +95,12 @@ def tiny(sol):
 def bandwidth_optimal(sol):
     shown, results = run(sol, 4, (4096,), seed=4)
     for rank, r in enumerate(results):
-        expect_equal(r["bytes_sent"], 2 * 3 * r["tensor_bytes"] // 4, input=shown,
-                     what=f"the bytes rank {rank} sent")
+        expect_equal(
+            r["bytes_sent"],
+            2 * 3 * r["tensor_bytes"] // 4,
+            input=shown,
+            what=f"the bytes rank {rank} sent",
+        )
 
 
 @check("one rank: nothing to send")

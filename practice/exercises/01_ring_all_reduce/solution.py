@@ -5,17 +5,22 @@ import torch.distributed as dist
 
 
 def ring_all_reduce(tensor):
-    """Sum ``tensor`` over all ranks, in place, with a ring of sends and receives; return it."""
+    """Sum ``tensor`` over all ranks, in place, with a ring of sends and receives;
+    return it."""
     rank, n = dist.get_rank(), dist.get_world_size()
     if n == 1:
         return tensor
-    flat = tensor.view(-1)  # a view: writing into the chunks writes into the caller's tensor
+    flat = tensor.view(
+        -1
+    )  # a view: writing into the chunks writes into the caller's tensor
     chunks = torch.tensor_split(flat, n)
     right, left = (rank + 1) % n, (rank - 1) % n
 
     def exchange(send_index, recv_index):
         incoming = torch.empty_like(chunks[recv_index])
-        request = dist.isend(chunks[send_index].contiguous(), right)  # start sending, then receive: no deadlock
+        request = dist.isend(
+            chunks[send_index].contiguous(), right
+        )  # start sending, then receive: no deadlock
         dist.recv(incoming, left)
         request.wait()
         return incoming

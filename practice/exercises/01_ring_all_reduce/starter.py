@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 
 def ring_all_reduce(tensor):
-    """Sum ``tensor`` over all ranks, in place, with a ring of sends and receives; return it."""
+    """Sum ``tensor`` over all ranks, in place, with a ring of sends and receives;
+    return it."""
     rank, n = dist.get_rank(), dist.get_world_size()
     raise NotImplementedError("write ring_all_reduce")

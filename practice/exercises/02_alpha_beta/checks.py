@@ -12,7 +12,9 @@ def expected_seconds(nbytes, n, alpha, bw):
 def least_squares(xs, ys):
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
-    beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum(
+        (x - mx) ** 2 for x in xs
+    )
     return my - beta * mx, beta
 
 
@@ -48,14 +50,24 @@ def grid(sol):
             for alpha in (0.0, 2e-6, 1e-4):
                 for bw in (1e9, 50e9, 900e9):
                     shown, got = time_of(sol, nbytes, n, alpha, bw)
-                    expect_close(got, expected_seconds(nbytes, n, alpha, bw), input=shown)
+                    expect_close(
+                        got, expected_seconds(nbytes, n, alpha, bw), input=shown
+                    )
 
 
 @check("bad input raises ValueError")
 def bad_time_input(sol):
-    for args in ((100, 0, 1e-6, 1e9), (-1, 2, 1e-6, 1e9), (100, 2, -1e-6, 1e9), (100, 2, 1e-6, 0)):
-        expect_raises(lambda: sol.ring_allreduce_seconds(*args), ValueError,
-                      input=f"ring_allreduce_seconds{args}")
+    for args in (
+        (100, 0, 1e-6, 1e9),
+        (-1, 2, 1e-6, 1e9),
+        (100, 2, -1e-6, 1e9),
+        (100, 2, 1e-6, 0),
+    ):
+        expect_raises(
+            lambda: sol.ring_allreduce_seconds(*args),
+            ValueError,
+            input=f"ring_allreduce_seconds{args}",
+        )
 
 
 def fit(sol, xs, ys):
@@ -77,7 +89,9 @@ def exact_line(sol):
 def noisy(sol):
     rng = random.Random(2)
     for _ in range(20):
-        xs = sorted(rng.choice([2**k for k in range(8, 28)]) for _ in range(rng.randint(3, 12)))
+        xs = sorted(
+            rng.choice([2**k for k in range(8, 28)]) for _ in range(rng.randint(3, 12))
+        )
         if len(set(xs)) < 2:
             xs.append(xs[0] * 2)
         alpha, beta = rng.uniform(1e-6, 1e-4), 1 / rng.uniform(1e8, 1e11)
@@ -88,7 +102,13 @@ def noisy(sol):
 
 @check("the fit refuses what cannot define a line")
 def bad_fit_input(sol):
-    expect_raises(lambda: sol.fit_alpha_beta([1000, 1000], [1e-5, 2e-5]), ValueError,
-                  input="fit_alpha_beta([1000, 1000], [1e-05, 2e-05])")
-    expect_raises(lambda: sol.fit_alpha_beta([1000, 2000, 3000], [1e-5, 2e-5]), ValueError,
-                  input="fit_alpha_beta([1000, 2000, 3000], [1e-05, 2e-05])")
+    expect_raises(
+        lambda: sol.fit_alpha_beta([1000, 1000], [1e-5, 2e-5]),
+        ValueError,
+        input="fit_alpha_beta([1000, 1000], [1e-05, 2e-05])",
+    )
+    expect_raises(
+        lambda: sol.fit_alpha_beta([1000, 2000, 3000], [1e-5, 2e-5]),
+        ValueError,
+        input="fit_alpha_beta([1000, 2000, 3000], [1e-05, 2e-05])",
+    )

@@ -2,7 +2,8 @@
 
 
 def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
-    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes (alpha-beta model)."""
+    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes
+    (alpha-beta model)."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if nbytes < 0 or alpha_s < 0:
@@ -16,7 +17,9 @@ def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
 def fit_alpha_beta(message_bytes, seconds):
     """Least-squares (alpha_s, beta_s_per_byte) of ``seconds = alpha + beta * bytes``."""
     if len(message_bytes) != len(seconds):
-        raise ValueError(f"{len(message_bytes)} sizes but {len(seconds)} times: give one time per size")
+        raise ValueError(
+            f"{len(message_bytes)} sizes but {len(seconds)} times: give one time per size"
+        )
     if len(set(message_bytes)) < 2:
         raise ValueError("need at least two distinct message sizes to fit a line")
     n = len(message_bytes)

@@ -6,7 +6,8 @@ then grade them:  python practice/judge.py 02
 
 
 def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
-    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes (alpha-beta model)."""
+    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes
+    (alpha-beta model)."""
     raise NotImplementedError("write ring_allreduce_seconds")
 
 

@@ -1,4 +1,5 @@
-"""Checks for exercise 03: on real gloo ranks, against single-process whole-batch gradients."""
+"""Checks for exercise 03: on real gloo ranks, against single-process whole-batch
+gradients."""
 
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
@@ -14,7 +15,9 @@ def worker(average_gradients, seed, freeze):
 
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(seed)  # same seed on every rank: same model, same whole batch
-    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)
+    )
     if freeze:
         model[0].bias.requires_grad_(False)
     whole = copy.deepcopy(model)
@@ -32,25 +35,43 @@ def worker(average_gradients, seed, freeze):
             none_ok = False
         else:
             grad_diff = max(grad_diff, float((p.grad - q.grad).abs().max()))
-    flat = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    flat = torch.cat(
+        [p.grad.flatten() for p in model.parameters() if p.grad is not None]
+    )
     everyone = torch.zeros(world * flat.numel())
     dist.all_gather_into_tensor(everyone, flat)
     spread = float((everyone.view(world, -1) - flat).abs().max())
-    param_change = max(float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before))
-    return {"grad_diff": grad_diff, "none_ok": none_ok, "spread": spread, "param_change": param_change}
+    param_change = max(
+        float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before)
+    )
+    return {
+        "grad_diff": grad_diff,
+        "none_ok": none_ok,
+        "spread": spread,
+        "param_change": param_change,
+    }
 
 
 def run(sol, world, seed=0, freeze=False):
-    shown = (f"{world} ranks, each {PER_RANK} examples of a Linear-Tanh-Linear model"
-             + (", first bias frozen" if freeze else "") + "; backward, then average_gradients(model)")
+    shown = (
+        f"{world} ranks, each {PER_RANK} examples of a Linear-Tanh-Linear model"
+        + (", first bias frozen" if freeze else "")
+        + "; backward, then average_gradients(model)"
+    )
     results = on_ranks(worker, world, sol.average_gradients, seed, freeze)
     for rank, r in enumerate(results):
         if not r["none_ok"]:
-            fail(f"on rank {rank} a frozen parameter got a gradient, or a gradient was lost: skip "
-                 f"parameters whose .grad is None", input=shown)
+            fail(
+                f"on rank {rank} a frozen parameter got a gradient, or a gradient was lost: skip "
+                f"parameters whose .grad is None",
+                input=shown,
+            )
         if r["grad_diff"] > 1e-6:
-            fail(f"on rank {rank} the gradients differ from the whole batch's by up to {r['grad_diff']:.3g} "
-                 f"(a sum instead of a mean?)", input=shown)
+            fail(
+                f"on rank {rank} the gradients differ from the whole batch's by up to {r['grad_diff']:.3g} "
+                f"(a sum instead of a mean?)",
+                input=shown,
+            )
     return shown, results
 
 
@@ -68,9 +89,17 @@ def frozen(sol):
 def identical(sol):
     shown, results = run(sol, 4, seed=2)
     for rank, r in enumerate(results):
-        expect_equal(r["spread"] <= 1e-7, True, input=shown, what=f"rank {rank}'s gradients equal every other rank's")
+        expect_equal(
+            r["spread"] <= 1e-7,
+            True,
+            input=shown,
+            what=f"rank {rank}'s gradients equal every other rank's",
+        )
         if r["param_change"] != 0.0:
-            fail(f"on rank {rank} the parameters changed: only the gradients may change", input=shown)
+            fail(
+                f"on rank {rank} the parameters changed: only the gradients may change",
+                input=shown,
+            )
 
 
 @check("1 rank: nothing changes")

@@ -1,11 +1,11 @@
 """Exercise 03, reference solution."""
 
-import torch
 import torch.distributed as dist
 
 
 def average_gradients(model):
-    """Replace each parameter's .grad by its mean over all ranks (skip parameters without one)."""
+    """Replace each parameter's .grad by its mean over all ranks (skip parameters
+    without one)."""
     world_size = dist.get_world_size()
     for param in model.parameters():
         if param.grad is None:  # frozen: no gradient on any rank

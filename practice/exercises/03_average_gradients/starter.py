@@ -9,5 +9,6 @@ import torch.distributed as dist
 
 
 def average_gradients(model):
-    """Replace each parameter's .grad by its mean over all ranks (skip parameters without one)."""
+    """Replace each parameter's .grad by its mean over all ranks (skip parameters
+    without one)."""
     raise NotImplementedError("write average_gradients")

@@ -1,4 +1,5 @@
-"""Checks for exercise 04: on real gloo ranks, against the single-process mean over all tokens."""
+"""Checks for exercise 04: on real gloo ranks, against the single-process mean over all
+tokens."""
 
 from _judge.checking import check, expect_close, fail
 from _judge.ranks import on_ranks
@@ -9,9 +10,15 @@ def example_worker(token_normalised_loss):
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        losses, mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]]), torch.tensor([[True, True, True, False]])
+        losses, mask = (
+            torch.tensor([[1.0, 1.0, 1.0, 0.0]]),
+            torch.tensor([[True, True, True, False]]),
+        )
     else:
-        losses, mask = torch.tensor([[3.0, 0.0, 0.0, 0.0]]), torch.tensor([[True, False, False, False]])
+        losses, mask = (
+            torch.tensor([[3.0, 0.0, 0.0, 0.0]]),
+            torch.tensor([[True, False, False, False]]),
+        )
     out = token_normalised_loss(losses.requires_grad_(), mask)
     return float(out)
 
@@ -20,7 +27,13 @@ def example_worker(token_normalised_loss):
 def example(sol):
     values = on_ranks(example_worker, 2, sol.token_normalised_loss)
     shown = "rank 0: losses [1, 1, 1, pad], rank 1: losses [3, pad, pad, pad]"
-    expect_close(values, [1.5, 1.5], input=shown, what="the values the two ranks return", rel=1e-6)
+    expect_close(
+        values,
+        [1.5, 1.5],
+        input=shown,
+        what="the values the two ranks return",
+        rel=1e-6,
+    )
 
 
 def worker(token_normalised_loss, seed, counts):
@@ -49,27 +62,47 @@ def worker(token_normalised_loss, seed, counts):
     reference = all_losses[mask].sum() / n if n else (all_losses * 0).sum()
     reference.backward()
     grads = [float(v) for p in model.parameters() for v in p.grad.flatten()]
-    diff = max(abs(float(a) - float(b)) for p, q in zip(model.parameters(), whole.parameters())
-               for a, b in zip(p.grad.flatten(), q.grad.flatten()))
+    diff = max(
+        abs(float(a) - float(b))
+        for p, q in zip(model.parameters(), whole.parameters())
+        for a, b in zip(p.grad.flatten(), q.grad.flatten())
+    )
     value = loss.detach().clone().reshape(())
     dist.all_reduce(value)
-    return {"nan": any(g != g for g in grads) or bool(torch.isnan(loss.detach())), "diff": diff,
-            "mean_value": float(value) / world, "expected_value": float(reference)}
+    return {
+        "nan": any(g != g for g in grads) or bool(torch.isnan(loss.detach())),
+        "diff": diff,
+        "mean_value": float(value) / world,
+        "expected_value": float(reference),
+    }
 
 
 def run(sol, counts, seed):
-    shown = (f"{len(counts)} ranks holding {', '.join(map(str, counts))} target tokens (of 10); "
-             f"loss.backward(), then gradients averaged over ranks as DDP does")
+    shown = (
+        f"{len(counts)} ranks holding {', '.join(map(str, counts))} target tokens (of 10); "
+        f"loss.backward(), then gradients averaged over ranks as DDP does"
+    )
     results = on_ranks(worker, len(counts), sol.token_normalised_loss, seed, counts)
     for rank, r in enumerate(results):
         if r["nan"]:
-            fail(f"on rank {rank} the loss or a gradient is NaN: guard the division by the token count",
-                 input=shown)
+            fail(
+                f"on rank {rank} the loss or a gradient is NaN: guard the division by the token count",
+                input=shown,
+            )
         if r["diff"] > 1e-5:
-            fail(f"on rank {rank} the gradients differ from those of the mean over all target tokens "
-                 f"by up to {r['diff']:.3g}: normalise by the global count, times the world size", input=shown)
-    expect_close(results[0]["mean_value"], results[0]["expected_value"], input=shown, rel=1e-5, abs_tol=1e-7,
-                 what="the mean over ranks of the returned losses (it must be the mean over all tokens)")
+            fail(
+                f"on rank {rank} the gradients differ from those of the mean over all target tokens "
+                f"by up to {r['diff']:.3g}: normalise by the global count, times the world size",
+                input=shown,
+            )
+    expect_close(
+        results[0]["mean_value"],
+        results[0]["expected_value"],
+        input=shown,
+        rel=1e-5,
+        abs_tol=1e-7,
+        what="the mean over ranks of the returned losses (it must be the mean over all tokens)",
+    )
 
 
 @check("2 ranks with 7 and 2 tokens: gradients of the global token mean")

@@ -5,8 +5,11 @@ import torch.distributed as dist
 
 
 def token_normalised_loss(token_losses, mask):
-    """This rank's loss, so that averaging gradients over ranks gives the global per-token mean's."""
-    local_sum = (token_losses * mask).sum()  # multiply, not index: keeps a graph even with no token
+    """This rank's loss, so that averaging gradients over ranks gives the global
+    per-token mean's."""
+    local_sum = (
+        token_losses * mask
+    ).sum()  # multiply, not index: keeps a graph even with no token
     global_count = mask.sum().to(torch.float64)
     dist.all_reduce(global_count)  # every rank learns the total number of target tokens
     if global_count.item() == 0:

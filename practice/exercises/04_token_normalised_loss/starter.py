@@ -9,5 +9,6 @@ import torch.distributed as dist
 
 
 def token_normalised_loss(token_losses, mask):
-    """This rank's loss, so that averaging gradients over ranks gives the global per-token mean's."""
+    """This rank's loss, so that averaging gradients over ranks gives the global
+    per-token mean's."""
     raise NotImplementedError("write token_normalised_loss")

@@ -22,7 +22,9 @@ def shards(sol, n, world, **kw):
     out = []
     for r in range(world):
         got = sol.shard_indices(n, world, r, **kw)
-        expect_type(got, list, input=shown.replace(" for r in", f" with r={r}, for r in"))
+        expect_type(
+            got, list, input=shown.replace(" for r in", f" with r={r}, for r in")
+        )
         out.append(got)
     return shown, out
 
@@ -41,10 +43,23 @@ def equal_and_complete(sol):
         for world in (1, 2, 3, 4, 8):
             shown, got = shards(sol, n, world, epoch=1, seed=5)
             if len({len(s) for s in got}) != 1:
-                fail("every rank must get the same number of indices", input=shown, got=[len(s) for s in got])
+                fail(
+                    "every rank must get the same number of indices",
+                    input=shown,
+                    got=[len(s) for s in got],
+                )
             if set().union(*map(set, got)) != set(range(n)):
-                fail("together the ranks must cover every index of the dataset", input=shown, got=got)
-            expect_equal(len(got[0]), math.ceil(n / world), input=shown, what="the length of each share")
+                fail(
+                    "together the ranks must cover every index of the dataset",
+                    input=shown,
+                    got=got,
+                )
+            expect_equal(
+                len(got[0]),
+                math.ceil(n / world),
+                input=shown,
+                what="the length of each share",
+            )
 
 
 @check("disjoint shares when nothing needs padding")
@@ -58,9 +73,18 @@ def disjoint(sol):
 
 @check("shuffled shares follow the rule (same seed on every rank)")
 def shuffled(sol):
-    for n, world, epoch, seed in ((10, 2, 0, 0), (17, 4, 3, 42), (50, 3, 1, 7), (5, 8, 2, 1)):
+    for n, world, epoch, seed in (
+        (10, 2, 0, 0),
+        (17, 4, 3, 42),
+        (50, 3, 1, 7),
+        (5, 8, 2, 1),
+    ):
         shown, got = shards(sol, n, world, epoch=epoch, seed=seed)
-        expect_equal(got, [reference(n, world, r, epoch, seed) for r in range(world)], input=shown)
+        expect_equal(
+            got,
+            [reference(n, world, r, epoch, seed) for r in range(world)],
+            input=shown,
+        )
 
 
 @check("a new epoch gives a new permutation")
@@ -68,15 +92,22 @@ def new_epoch(sol):
     _, first = shards(sol, 40, 2, epoch=0, seed=0)
     shown, second = shards(sol, 40, 2, epoch=1, seed=0)
     if first == second:
-        fail("epoch 1 must shuffle differently from epoch 0 (seed the shuffle with seed + epoch)",
-             input=shown, got=second)
+        fail(
+            "epoch 1 must shuffle differently from epoch 0 (seed the shuffle with seed + epoch)",
+            input=shown,
+            got=second,
+        )
 
 
 @check("drop_last trims instead of padding")
 def drop_last(sol):
     for n, world in ((10, 3), (7, 4), (3, 8), (0, 2)):
         shown, got = shards(sol, n, world, seed=1, drop_last=True)
-        expect_equal(got, [reference(n, world, r, 0, 1, True, True) for r in range(world)], input=shown)
+        expect_equal(
+            got,
+            [reference(n, world, r, 0, 1, True, True) for r in range(world)],
+            input=shown,
+        )
 
 
 @check("fewer examples than ranks, and an empty dataset")
@@ -90,4 +121,6 @@ def small(sol):
 @check("bad input raises ValueError")
 def bad_input(sol):
     for args in ((10, 2, 2), (10, 2, -1), (10, 0, 0), (-1, 2, 0)):
-        expect_raises(lambda: sol.shard_indices(*args), ValueError, input=f"shard_indices{args}")
+        expect_raises(
+            lambda: sol.shard_indices(*args), ValueError, input=f"shard_indices{args}"
+        )

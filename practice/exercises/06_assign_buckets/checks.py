@@ -8,7 +8,9 @@ MB = 1024 * 1024
 
 
 def call(sol, *args, **kwargs):
-    shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    shown = ", ".join(
+        [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    )
     return f"assign_buckets({shown})", sol.assign_buckets(*args, **kwargs)
 
 
@@ -36,7 +38,9 @@ def default_first_bucket(sol):
     # Six gradients of 0.5 MiB, cap 2 MiB: the first bucket closes at 1 MiB.
     shown, got = call(sol, [MB // 2] * 6, cap_bytes=2 * MB)
     expect_equal(as_lists(shown, got), [[5, 4], [3, 2, 1, 0]], input=shown)
-    shown, got = call(sol, [100] * 3, cap_bytes=200)  # a cap under 1 MiB caps the first bucket too
+    shown, got = call(
+        sol, [100] * 3, cap_bytes=200
+    )  # a cap under 1 MiB caps the first bucket too
     expect_equal(as_lists(shown, got), [[2, 1], [0]], input=shown)
 
 
@@ -65,7 +69,9 @@ def random_models(sol):
     rng = random.Random(6)
     for _ in range(300):
         n = rng.randint(0, 30)
-        sizes = [rng.choice([0, 1, 4, 64, 1000, rng.randint(0, 5000)]) for _ in range(n)]
+        sizes = [
+            rng.choice([0, 1, 4, 64, 1000, rng.randint(0, 5000)]) for _ in range(n)
+        ]
         cap = rng.choice([0, 1, 100, 1000, 4096, 10**6])
         first = rng.choice([None, 0, 50, 2000])
         shown, got = call(sol, sizes, cap_bytes=cap, first_cap_bytes=first)
@@ -75,7 +81,8 @@ def random_models(sol):
 
 
 def rule_broken(sizes, cap, first, buckets):
-    """What is wrong with ``buckets`` for this input, or '' (the rule determines one answer)."""
+    """What is wrong with ``buckets`` for this input, or '' (the rule determines one
+    answer)."""
     first = min(cap, MB) if first is None else first
     flat = [i for b in buckets for i in b]
     if sorted(flat) != list(range(len(sizes))):
@@ -90,14 +97,22 @@ def rule_broken(sizes, cap, first, buckets):
         if k < len(buckets) - 1 and total < bucket_cap:
             return f"bucket {k} ({total} bytes) was closed before it reached its cap ({bucket_cap} bytes)"
         if len(b) > 1 and total - sizes[b[-1]] >= bucket_cap:
-            return (f"bucket {k} reached its cap ({bucket_cap} bytes) before its last parameter "
-                    f"{b[-1]}: it should have been closed earlier")
+            return (
+                f"bucket {k} reached its cap ({bucket_cap} bytes) before its last parameter "
+                f"{b[-1]}: it should have been closed earlier"
+            )
     return ""
 
 
 @check("bad input raises ValueError")
 def bad_input(sol):
-    expect_raises(lambda: sol.assign_buckets([4, -1], cap_bytes=8), ValueError,
-                  input="assign_buckets([4, -1], cap_bytes=8)")
-    expect_raises(lambda: sol.assign_buckets([4, 4], cap_bytes=-1), ValueError,
-                  input="assign_buckets([4, 4], cap_bytes=-1)")
+    expect_raises(
+        lambda: sol.assign_buckets([4, -1], cap_bytes=8),
+        ValueError,
+        input="assign_buckets([4, -1], cap_bytes=8)",
+    )
+    expect_raises(
+        lambda: sol.assign_buckets([4, 4], cap_bytes=-1),
+        ValueError,
+        input="assign_buckets([4, 4], cap_bytes=-1)",
+    )

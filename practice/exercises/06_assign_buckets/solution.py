@@ -18,7 +18,9 @@ def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
     buckets, current, current_bytes = [], [], 0
     for i in reversed(range(len(param_bytes))):  # gradients arrive last layer first
         if param_bytes[i] < 0:
-            raise ValueError(f"parameter {i} has a negative size ({param_bytes[i]} bytes)")
+            raise ValueError(
+                f"parameter {i} has a negative size ({param_bytes[i]} bytes)"
+            )
         current.append(i)
         current_bytes += param_bytes[i]
         cap = first_cap_bytes if not buckets else cap_bytes

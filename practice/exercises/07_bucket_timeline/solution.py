@@ -1,11 +1,21 @@
 """Exercise 07, reference solution."""
 
 
-def simulate_backward(layer_backward_s, layer_grad_bytes, buckets, world_size, alpha_s,
-                      bandwidth_bytes_per_s, forward_s=0.0, optimizer_s=0.0):
+def simulate_backward(
+    layer_backward_s,
+    layer_grad_bytes,
+    buckets,
+    world_size,
+    alpha_s,
+    bandwidth_bytes_per_s,
+    forward_s=0.0,
+    optimizer_s=0.0,
+):
     """When each bucket's all-reduce runs, and how much of it the backward hides."""
     if len(layer_backward_s) != len(layer_grad_bytes):
-        raise ValueError(f"{len(layer_backward_s)} backward times but {len(layer_grad_bytes)} gradient sizes")
+        raise ValueError(
+            f"{len(layer_backward_s)} backward times but {len(layer_grad_bytes)} gradient sizes"
+        )
     flat = sorted(i for bucket in buckets for i in bucket)
     if flat != list(range(len(layer_backward_s))):
         raise ValueError("the buckets must hold every layer exactly once")
@@ -19,7 +29,9 @@ def simulate_backward(layer_backward_s, layer_grad_bytes, buckets, world_size, a
     for bucket in buckets:
         nbytes = sum(layer_grad_bytes[i] for i in bucket)
         duration = steps * alpha_s + steps * nbytes / world_size / bandwidth_bytes_per_s
-        start = max(max(ready[i] for i in bucket), link_free)  # wait for the gradients and the link
+        start = max(
+            max(ready[i] for i in bucket), link_free
+        )  # wait for the gradients and the link
         link_free = start + duration
         comm_s += duration
         times.append((start, link_free))

@@ -5,7 +5,15 @@ then grade it:  python practice/judge.py 07
 """
 
 
-def simulate_backward(layer_backward_s, layer_grad_bytes, buckets, world_size, alpha_s,
-                      bandwidth_bytes_per_s, forward_s=0.0, optimizer_s=0.0):
+def simulate_backward(
+    layer_backward_s,
+    layer_grad_bytes,
+    buckets,
+    world_size,
+    alpha_s,
+    bandwidth_bytes_per_s,
+    forward_s=0.0,
+    optimizer_s=0.0,
+):
     """When each bucket's all-reduce runs, and how much of it the backward hides."""
     raise NotImplementedError("write simulate_backward")

@@ -3,7 +3,10 @@
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
 
-RANK_PRELOAD = ("torch.optim", "torch._dynamo")  # optimizers and DDP import them: once, before forking
+RANK_PRELOAD = (
+    "torch.optim",
+    "torch._dynamo",
+)  # optimizers and DDP import them: once, before forking
 
 MICRO = 3  # examples per micro-batch
 
@@ -15,7 +18,11 @@ def no_sync_worker(TinyDDP, raise_inside):
     from _judge.ranks import spy_on_dist
 
     torch.manual_seed(0)
-    ddp = TinyDDP(torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)))
+    ddp = TinyDDP(
+        torch.nn.Sequential(
+            torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+        )
+    )
     torch.manual_seed(1 + dist.get_rank())  # each rank its own data
     x, y = torch.randn(4, 6), torch.randn(4, 2)
     with spy_on_dist(["all_reduce"]) as spy:
@@ -31,7 +38,11 @@ def no_sync_worker(TinyDDP, raise_inside):
         inside = spy.count("all_reduce")
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         after = spy.count("all_reduce") - inside
-    return {"inside": inside, "after": after, "n_params": sum(1 for _ in ddp.parameters())}
+    return {
+        "inside": inside,
+        "after": after,
+        "n_params": sum(1 for _ in ddp.parameters()),
+    }
 
 
 @check("no all-reduce inside no_sync, syncing again after it")
@@ -39,17 +50,27 @@ def no_sync_silences(sol):
     results = on_ranks(no_sync_worker, 2, sol.TinyDDP, False)
     shown = "with ddp.no_sync(): loss.backward()   then, outside it: loss.backward()  (2 ranks)"
     r = results[0]
-    expect_equal(r["inside"], 0, input=shown, what="the number of all-reduces inside no_sync")
-    expect_equal(r["after"], r["n_params"], input=shown,
-                 what="the number of all-reduces in the backward after the block (one per parameter)")
+    expect_equal(
+        r["inside"], 0, input=shown, what="the number of all-reduces inside no_sync"
+    )
+    expect_equal(
+        r["after"],
+        r["n_params"],
+        input=shown,
+        what="the number of all-reduces in the backward after the block (one per parameter)",
+    )
 
 
 @check("syncing comes back even when the block raises")
 def no_sync_exception(sol):
     results = on_ranks(no_sync_worker, 2, sol.TinyDDP, True)
     shown = "with ddp.no_sync(): raise KeyError   then, outside it: loss.backward()  (2 ranks)"
-    expect_equal(results[0]["after"], results[0]["n_params"], input=shown,
-                 what="the number of all-reduces after the failed block (use try/finally)")
+    expect_equal(
+        results[0]["after"],
+        results[0]["n_params"],
+        input=shown,
+        what="the number of all-reduces after the failed block (use try/finally)",
+    )
 
 
 def train_worker(TinyDDP, train_step, configs):
@@ -64,24 +85,47 @@ def train_worker(TinyDDP, train_step, configs):
     out = []
     for accum, steps, seed in configs:
         torch.manual_seed(seed)
-        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+        )
         whole = copy.deepcopy(model)
         ddp = TinyDDP(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         opt_whole = torch.optim.SGD(whole.parameters(), lr=0.1)
         calls = []
         for _ in range(steps):
-            x, y = torch.randn(world * accum * MICRO, 6), torch.randn(world * accum * MICRO, 2)
-            mine_x, mine_y = x.view(world, accum, MICRO, 6)[rank], y.view(world, accum, MICRO, 2)[rank]
+            x, y = (
+                torch.randn(world * accum * MICRO, 6),
+                torch.randn(world * accum * MICRO, 2),
+            )
+            mine_x, mine_y = (
+                x.view(world, accum, MICRO, 6)[rank],
+                y.view(world, accum, MICRO, 2)[rank],
+            )
             with spy_on_dist(["all_reduce"]) as spy:
-                train_step(ddp, opt, [(mine_x[i], mine_y[i]) for i in range(accum)], torch.nn.functional.mse_loss)
+                train_step(
+                    ddp,
+                    opt,
+                    [(mine_x[i], mine_y[i]) for i in range(accum)],
+                    torch.nn.functional.mse_loss,
+                )
             calls.append(spy.count("all_reduce"))
             opt_whole.zero_grad()
             torch.nn.functional.mse_loss(whole(x), y).backward()
             opt_whole.step()
-        diff = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), whole.parameters()))
-        out.append({"accum": accum, "steps": steps, "diff": diff, "calls": calls,
-                    "n_params": sum(1 for _ in model.parameters())})
+        diff = max(
+            float((p - q).abs().max())
+            for p, q in zip(model.parameters(), whole.parameters())
+        )
+        out.append(
+            {
+                "accum": accum,
+                "steps": steps,
+                "diff": diff,
+                "calls": calls,
+                "n_params": sum(1 for _ in model.parameters()),
+            }
+        )
     return out
 
 
@@ -89,12 +133,16 @@ def run_training(sol, world, configs):
     results = on_ranks(train_worker, world, sol.TinyDDP, sol.train_step, configs)
     for rank, per_config in enumerate(results):
         for r in per_config:
-            shown = (f"{world} ranks, {r['steps']} step(s) of train_step with {r['accum']} micro-batch(es) of "
-                     f"{MICRO} examples each, SGD lr=0.1")
+            shown = (
+                f"{world} ranks, {r['steps']} step(s) of train_step with {r['accum']} micro-batch(es) of "
+                f"{MICRO} examples each, SGD lr=0.1"
+            )
             if r["diff"] > 1e-6:
-                fail(f"on rank {rank} the weights differ from single-process training on the whole batch by up "
-                     f"to {r['diff']:.3g} (loss divided by the number of micro-batches? zero_grad first?)",
-                     input=shown)
+                fail(
+                    f"on rank {rank} the weights differ from single-process training on the whole batch by up "
+                    f"to {r['diff']:.3g} (loss divided by the number of micro-batches? zero_grad first?)",
+                    input=shown,
+                )
     return results
 
 
@@ -112,6 +160,9 @@ def three_ranks(sol):
 def communication(sol):
     results = run_training(sol, 2, [(4, 2, 14)])
     r = results[0][0]
-    expect_equal(r["calls"], [r["n_params"]] * r["steps"],
-                 input="2 ranks, 2 steps of train_step with 4 micro-batches each",
-                 what="the number of all-reduces in each step")
+    expect_equal(
+        r["calls"],
+        [r["n_params"]] * r["steps"],
+        input="2 ranks, 2 steps of train_step with 4 micro-batches each",
+        what="the number of all-reduces in each step",
+    )

@@ -36,11 +36,13 @@ class TinyDDP(torch.nn.Module):
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Inside this block, backward() accumulates gradients locally, with no communication."""
+        """Inside this block, backward() accumulates gradients locally, with no
+        communication."""
         raise NotImplementedError("write no_sync")
         yield
 
 
 def train_step(ddp, optimizer, micro_batches, loss_fn):
-    """One optimizer step over several micro-batches, communicating only after the last one."""
+    """One optimizer step over several micro-batches, communicating only after the last
+    one."""
     raise NotImplementedError("write train_step")

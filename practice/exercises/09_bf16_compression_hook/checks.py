@@ -3,11 +3,15 @@
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
 
-RANK_PRELOAD = ("torch.optim", "torch._dynamo")  # optimizers and DDP import them: once, before forking
+RANK_PRELOAD = (
+    "torch.optim",
+    "torch._dynamo",
+)  # optimizers and DDP import them: once, before forking
 
 
 class FakeBucket:
-    """What a hook sees of a DDP bucket (``dist.GradBucket``), enough to call a hook directly."""
+    """What a hook sees of a DDP bucket (``dist.GradBucket``), enough to call a hook
+    directly."""
 
     def __init__(self, buffer):
         self._buffer = buffer
@@ -36,33 +40,64 @@ def direct_worker(hook, none_state, seed):
     expected /= world
     with spy_on_dist(["all_reduce"], reader_functions=[hook]) as spy:
         fut = hook(None if none_state else dist.group.WORLD, FakeBucket(buffer))
-        is_future = isinstance(fut, torch._C.Future)  # torch.futures.Future and what get_future() returns
+        is_future = isinstance(
+            fut, torch._C.Future
+        )  # torch.futures.Future and what get_future() returns
         value = fut.wait() if is_future else fut
     if isinstance(value, (list, tuple)) and value:
         value = value[0]
     ok_tensor = isinstance(value, torch.Tensor) and value.shape == buffer.shape
-    rel = float((value.float() - expected).abs().max() / expected.abs().max()) if ok_tensor else None
-    return {"is_future": is_future, "value_type": type(value).__name__,
-            "dtype": str(value.dtype) if isinstance(value, torch.Tensor) else None, "ok_tensor": ok_tensor,
-            "rel": rel, "calls": spy.calls}
+    rel = (
+        float((value.float() - expected).abs().max() / expected.abs().max())
+        if ok_tensor
+        else None
+    )
+    return {
+        "is_future": is_future,
+        "value_type": type(value).__name__,
+        "dtype": str(value.dtype) if isinstance(value, torch.Tensor) else None,
+        "ok_tensor": ok_tensor,
+        "rel": rel,
+        "calls": spy.calls,
+    }
 
 
 def run_direct(sol, world, none_state, seed):
-    shown = (f"bf16_hook({'None' if none_state else 'dist.group.WORLD'}, bucket) on {world} ranks, "
-             f"bucket.buffer() = 1000 random float32 gradients")
+    shown = (
+        f"bf16_hook({'None' if none_state else 'dist.group.WORLD'}, bucket) on {world} ranks, "
+        f"bucket.buffer() = 1000 random float32 gradients"
+    )
     results = on_ranks(direct_worker, world, sol.bf16_hook, none_state, seed)
     for rank, r in enumerate(results):
         if not r["is_future"]:
-            fail(f"the hook must return a torch.futures.Future (from work.get_future().then(...)), "
-                 f"it returned a {r['value_type']}", input=shown)
+            fail(
+                f"the hook must return a torch.futures.Future (from work.get_future().then(...)), "
+                f"it returned a {r['value_type']}",
+                input=shown,
+            )
         if not r["ok_tensor"]:
-            fail(f"the future's value must be the flat bucket tensor, got a {r['value_type']}", input=shown)
-        expect_equal(r["dtype"], "torch.float32", input=shown, what="the dtype of the future's value")
-        if r["rel"] > 2 ** -7:
-            fail(f"on rank {rank} the value is not the average over ranks (largest relative error "
-                 f"{r['rel']:.3g}, more than bf16's precision): divide by the world size", input=shown)
-        expect_equal([(c[0], c[1], c[2]) for c in r["calls"]], [("all_reduce", "bfloat16", 1000)], input=shown,
-                     what="the all-reduces the hook started (name, dtype, elements)")
+            fail(
+                f"the future's value must be the flat bucket tensor, got a {r['value_type']}",
+                input=shown,
+            )
+        expect_equal(
+            r["dtype"],
+            "torch.float32",
+            input=shown,
+            what="the dtype of the future's value",
+        )
+        if r["rel"] > 2**-7:
+            fail(
+                f"on rank {rank} the value is not the average over ranks (largest relative error "
+                f"{r['rel']:.3g}, more than bf16's precision): divide by the world size",
+                input=shown,
+            )
+        expect_equal(
+            [(c[0], c[1], c[2]) for c in r["calls"]],
+            [("all_reduce", "bfloat16", 1000)],
+            input=shown,
+            what="the all-reduces the hook started (name, dtype, elements)",
+        )
 
 
 @check("called on a bucket: a Future of the float32 average, sent as bf16")
@@ -85,12 +120,16 @@ def ddp_worker(hook, steps):
 
     from _judge.ranks import spy_on_dist
 
-    def torch_bf16_hook(state, bucket):  # PyTorch's bf16 compression (DDP refuses its own name on gloo)
+    def torch_bf16_hook(
+        state, bucket
+    ):  # PyTorch's bf16 compression (DDP refuses its own name on gloo)
         return _compress_hook(torch.bfloat16, state, bucket)
 
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
+    )
     theirs = DDP(copy.deepcopy(model))
     theirs.register_comm_hook(None, torch_bf16_hook)
     ours = DDP(model)
@@ -104,10 +143,18 @@ def ddp_worker(hook, steps):
                 opt.zero_grad()
                 torch.nn.functional.mse_loss(m(x), y).backward()
                 opt.step()
-    diff = max(float((p - q).abs().max()) for p, q in zip(ours.parameters(), theirs.parameters()))
+    diff = max(
+        float((p - q).abs().max())
+        for p, q in zip(ours.parameters(), theirs.parameters())
+    )
     n_elements = sum(p.numel() for p in model.parameters())
     dtypes = sorted({c[1] for c in spy.calls})
-    return {"diff": diff, "dtypes": dtypes, "elements": sum(c[2] for c in spy.calls), "expected": 2 * steps * n_elements}
+    return {
+        "diff": diff,
+        "dtypes": dtypes,
+        "elements": sum(c[2] for c in spy.calls),
+        "expected": 2 * steps * n_elements,
+    }
 
 
 @check("registered on PyTorch's DDP: trains like PyTorch's own bf16 compression")
@@ -116,9 +163,19 @@ def on_ddp(sol):
     shown = "2 ranks, DistributedDataParallel(model).register_comm_hook(None, bf16_hook), 3 SGD steps"
     for rank, r in enumerate(results):
         if r["diff"] > 1e-3:
-            fail(f"on rank {rank} the weights differ from those trained with PyTorch's bf16 hook by up to "
-                 f"{r['diff']:.3g}", input=shown)
-        expect_equal(r["dtypes"], ["bfloat16"], input=shown, what="the dtypes of all all-reduces")
-        # Both models' hooks are spied: each step all-reduces every element twice (ours and PyTorch's).
-        expect_equal(r["elements"], r["expected"], input=shown,
-                     what="the gradient elements all-reduced (both models, every step)")
+            fail(
+                f"on rank {rank} the weights differ from those trained with PyTorch's bf16 hook by up to "
+                f"{r['diff']:.3g}",
+                input=shown,
+            )
+        expect_equal(
+            r["dtypes"], ["bfloat16"], input=shown, what="the dtypes of all all-reduces"
+        )
+        # Both models' hooks are spied: each step all-reduces every element twice (ours
+        # and PyTorch's).
+        expect_equal(
+            r["elements"],
+            r["expected"],
+            input=shown,
+            what="the gradient elements all-reduced (both models, every step)",
+        )

@@ -4,11 +4,20 @@ from _judge.checking import check, expect_close, expect_raises, expect_type
 
 
 def reference(psi, n, stage, k=12):
-    return [(4 + k) * psi, 4 * psi + k * psi / n, 2 * psi + (2 + k) * psi / n, (4 + k) * psi / n][stage]
+    return [
+        (4 + k) * psi,
+        4 * psi + k * psi / n,
+        2 * psi + (2 + k) * psi / n,
+        (4 + k) * psi / n,
+    ][stage]
 
 
 def mem(sol, *args, **kwargs):
-    shown = "per_rank_bytes(" + ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]) + ")"
+    shown = (
+        "per_rank_bytes("
+        + ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        + ")"
+    )
     got = sol.per_rank_bytes(*args, **kwargs)
     expect_type(got, (int, float), input=shown)
     return shown, got
@@ -56,6 +65,16 @@ def communication(sol):
 @check("bad input raises ValueError")
 def bad_input(sol):
     for args in ((1e9, 8, 4), (1e9, 8, -1), (1e9, 0, 1), (-5, 8, 1)):
-        expect_raises(lambda: sol.per_rank_bytes(*args), ValueError, input=f"per_rank_bytes{args}")
-    expect_raises(lambda: sol.per_rank_bytes(1e9, 8, 1, k=-1), ValueError, input="per_rank_bytes(1e9, 8, 1, k=-1)")
-    expect_raises(lambda: sol.comm_elements_per_step(1e9, 5), ValueError, input="comm_elements_per_step(1e9, 5)")
+        expect_raises(
+            lambda: sol.per_rank_bytes(*args), ValueError, input=f"per_rank_bytes{args}"
+        )
+    expect_raises(
+        lambda: sol.per_rank_bytes(1e9, 8, 1, k=-1),
+        ValueError,
+        input="per_rank_bytes(1e9, 8, 1, k=-1)",
+    )
+    expect_raises(
+        lambda: sol.comm_elements_per_step(1e9, 5),
+        ValueError,
+        input="comm_elements_per_step(1e9, 5)",
+    )

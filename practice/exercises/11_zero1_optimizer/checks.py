@@ -1,11 +1,15 @@
-"""Checks for exercise 11: on real gloo ranks, against torch.optim.Adam on the whole batch."""
+"""Checks for exercise 11: on real gloo ranks, against torch.optim.Adam on the whole
+batch."""
 
 import math
 
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
 
-RANK_PRELOAD = ("torch.optim", "torch._dynamo")  # optimizers and DDP import them: once, before forking
+RANK_PRELOAD = (
+    "torch.optim",
+    "torch._dynamo",
+)  # optimizers and DDP import them: once, before forking
 
 PER_RANK = 4
 
@@ -22,7 +26,9 @@ def worker(ShardedAdam, steps, seed, tiny):
         model = torch.nn.Linear(1, 1)  # 2 parameters
         n_in, n_out = 1, 1
     else:
-        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))  # 66
+        model = torch.nn.Sequential(
+            torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)
+        )  # 66
         n_in, n_out = 5, 3
     whole = copy.deepcopy(model)
     opt = ShardedAdam(model.parameters(), lr=1e-2)
@@ -39,7 +45,10 @@ def worker(ShardedAdam, steps, seed, tiny):
         opt_whole.zero_grad()
         torch.nn.functional.mse_loss(whole(x), y).backward()
         opt_whole.step()
-    diff = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), whole.parameters()))
+    diff = max(
+        float((p - q).abs().max())
+        for p, q in zip(model.parameters(), whole.parameters())
+    )
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     everyone = torch.empty(world * flat.numel())
     dist.all_gather_into_tensor(everyone, flat)
@@ -47,22 +56,38 @@ def worker(ShardedAdam, steps, seed, tiny):
     sizes = {}
     for name in ("exp_avg", "exp_avg_sq"):
         value = getattr(opt, name, None)
-        sizes[name] = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        sizes[name] = (
+            tuple(value.shape)
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
     return {"diff": diff, "spread": spread, "sizes": sizes, "numel": flat.numel()}
 
 
 def run(sol, world, steps=3, seed=0, tiny=False):
-    shown = (f"{world} ranks, {steps} steps of ShardedAdam(lr=1e-2) on "
-             + ("Linear(1, 1) (2 parameters)" if tiny else "Linear(5, 7)-Tanh-Linear(7, 3) (66 parameters)")
-             + f", {PER_RANK} examples per rank")
+    shown = (
+        f"{world} ranks, {steps} steps of ShardedAdam(lr=1e-2) on "
+        + (
+            "Linear(1, 1) (2 parameters)"
+            if tiny
+            else "Linear(5, 7)-Tanh-Linear(7, 3) (66 parameters)"
+        )
+        + f", {PER_RANK} examples per rank"
+    )
     results = on_ranks(worker, world, sol.ShardedAdam, steps, seed, tiny)
     for rank, r in enumerate(results):
         if r["diff"] > 1e-5:
-            fail(f"on rank {rank} the weights differ from torch.optim.Adam on the whole batch by up to "
-                 f"{r['diff']:.3g}", input=shown)
+            fail(
+                f"on rank {rank} the weights differ from torch.optim.Adam on the whole batch by up to "
+                f"{r['diff']:.3g}",
+                input=shown,
+            )
         if r["spread"] > 0:
-            fail(f"rank {rank}'s weights differ from another rank's by {r['spread']:.3g}: "
-                 f"every rank must end with every updated slice", input=shown)
+            fail(
+                f"rank {rank}'s weights differ from another rank's by {r['spread']:.3g}: "
+                f"every rank must end with every updated slice",
+                input=shown,
+            )
     return shown, results
 
 
@@ -83,8 +108,12 @@ def sharded_state(sol):
     size = math.ceil(numel / 3)
     for rank, r in enumerate(results):
         owned = max(0, min((rank + 1) * size, numel) - min(rank * size, numel))
-        expect_equal(r["sizes"], {"exp_avg": (owned,), "exp_avg_sq": (owned,)}, input=shown,
-                     what=f"the shapes of rank {rank}'s exp_avg and exp_avg_sq")
+        expect_equal(
+            r["sizes"],
+            {"exp_avg": (owned,), "exp_avg_sq": (owned,)},
+            input=shown,
+            what=f"the shapes of rank {rank}'s exp_avg and exp_avg_sq",
+        )
 
 
 @check("3 ranks, 2 parameters: one rank owns nothing")

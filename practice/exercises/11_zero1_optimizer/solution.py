@@ -17,12 +17,13 @@ def unflatten_into(tensors, flat):
     for t in tensors:
         n = t.numel()
         with torch.no_grad():
-            t.copy_(flat[offset:offset + n].view_as(t))
+            t.copy_(flat[offset : offset + n].view_as(t))
         offset += n
 
 
 class ShardedAdam:
-    """Adam whose moments for each slice of the parameters live on one rank only (ZeRO-1)."""
+    """Adam whose moments for each slice of the parameters live on one rank only
+    (ZeRO-1)."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
         self.params = list(params)
@@ -38,16 +39,17 @@ class ShardedAdam:
         self.t = 0
 
     def step(self):
-        """Update this rank's slice with Adam, then all-gather every rank's slice into the parameters."""
+        """Update this rank's slice with Adam, then all-gather every rank's slice into
+        the parameters."""
         self.t += 1
         beta1, beta2 = self.betas
         flat = flatten(self.params)
-        grad = flatten([p.grad for p in self.params])[self.start:self.end]
-        mine = flat[self.start:self.end]
+        grad = flatten([p.grad for p in self.params])[self.start : self.end]
+        mine = flat[self.start : self.end]
         self.exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        m_hat = self.exp_avg / (1 - beta1 ** self.t)
-        v_hat = self.exp_avg_sq / (1 - beta2 ** self.t)
+        m_hat = self.exp_avg / (1 - beta1**self.t)
+        v_hat = self.exp_avg_sq / (1 - beta2**self.t)
         mine -= self.lr * m_hat / (v_hat.sqrt() + self.eps)
         # Every slice padded to shard_size, so all ranks send tensors of one size.
         send = torch.zeros(self.shard_size)

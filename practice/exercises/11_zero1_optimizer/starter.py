@@ -21,20 +21,24 @@ def unflatten_into(tensors, flat):
     for t in tensors:
         n = t.numel()
         with torch.no_grad():
-            t.copy_(flat[offset:offset + n].view_as(t))
+            t.copy_(flat[offset : offset + n].view_as(t))
         offset += n
 
 
 class ShardedAdam:
-    """Adam whose moments for each slice of the parameters live on one rank only (ZeRO-1)."""
+    """Adam whose moments for each slice of the parameters live on one rank only
+    (ZeRO-1)."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
         self.params = list(params)
         self.lr, self.betas, self.eps = lr, betas, eps
-        raise NotImplementedError("write ShardedAdam.__init__: this rank's slice and its state")
+        raise NotImplementedError(
+            "write ShardedAdam.__init__: this rank's slice and its state"
+        )
 
     def step(self):
-        """Update this rank's slice with Adam, then all-gather every rank's slice into the parameters."""
+        """Update this rank's slice with Adam, then all-gather every rank's slice into
+        the parameters."""
         raise NotImplementedError("write ShardedAdam.step")
 
     def zero_grad(self):

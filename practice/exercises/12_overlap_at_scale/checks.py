@@ -2,7 +2,13 @@
 
 import math
 
-from _judge.checking import check, expect_close, expect_equal, expect_raises, expect_type
+from _judge.checking import (
+    check,
+    expect_close,
+    expect_equal,
+    expect_raises,
+    expect_type,
+)
 
 MIB = 2**20
 
@@ -12,15 +18,32 @@ def reference(psi, bpg, n, bw, backward, bucket_bytes=25 * MIB, alpha_s=0.0):
     grad = psi * bpg
     b = math.ceil(grad / bucket)
     if b == 0:
-        return {"grad_bytes": grad, "n_buckets": 0, "bucket_s": 0.0, "comm_s": 0.0, "exposed_s": 0.0, "hidden": True}
+        return {
+            "grad_bytes": grad,
+            "n_buckets": 0,
+            "bucket_s": 0.0,
+            "comm_s": 0.0,
+            "exposed_s": 0.0,
+            "hidden": True,
+        }
     c = 2 * (n - 1) * alpha + 2 * (n - 1) / n * grad / b / bw
     surplus = b * c - backward * (b - 1) / b
-    return {"grad_bytes": grad, "n_buckets": b, "bucket_s": c, "comm_s": b * c, "exposed_s": max(c, surplus),
-            "hidden": surplus <= c}
+    return {
+        "grad_bytes": grad,
+        "n_buckets": b,
+        "bucket_s": c,
+        "comm_s": b * c,
+        "exposed_s": max(c, surplus),
+        "hidden": surplus <= c,
+    }
 
 
 def report(sol, *args, **kwargs):
-    shown = "sync_report(" + ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]) + ")"
+    shown = (
+        "sync_report("
+        + ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        + ")"
+    )
     got = sol.sync_report(*args, **kwargs)
     expect_type(got, dict, input=shown)
     expect_close(got, reference(*args, **kwargs), input=shown, rel=1e-9, abs_tol=1e-15)
@@ -44,7 +67,9 @@ def eight_ranks(sol):
 def too_slow(sol):
     shown, got = report(sol, 7e9, 2, 64, 12.5e9, 0.8)
     expect_equal(got["hidden"], False, input=shown, what="hidden")
-    expect_close(got["exposed_s"], 2.205 - 0.8 * 534 / 535, input=shown, what="exposed_s")
+    expect_close(
+        got["exposed_s"], 2.205 - 0.8 * 534 / 535, input=shown, what="exposed_s"
+    )
 
 
 @check("one rank communicates nothing")
@@ -71,7 +96,15 @@ def grid(sol):
 
 @check("bad input raises ValueError")
 def bad_input(sol):
-    for args, kwargs in (((7e9, 2, 0, 50e9, 0.8), {}), ((7e9, 2, 8, 0, 0.8), {}), ((7e9, 2, 8, 50e9, -1), {}),
-                         ((7e9, 2, 8, 50e9, 0.8), {"bucket_bytes": 0}), ((-1, 2, 8, 50e9, 0.8), {})):
-        expect_raises(lambda: sol.sync_report(*args, **kwargs), ValueError,
-                      input=f"sync_report{args}" + (f" with {kwargs}" if kwargs else ""))
+    for args, kwargs in (
+        ((7e9, 2, 0, 50e9, 0.8), {}),
+        ((7e9, 2, 8, 0, 0.8), {}),
+        ((7e9, 2, 8, 50e9, -1), {}),
+        ((7e9, 2, 8, 50e9, 0.8), {"bucket_bytes": 0}),
+        ((-1, 2, 8, 50e9, 0.8), {}),
+    ):
+        expect_raises(
+            lambda: sol.sync_report(*args, **kwargs),
+            ValueError,
+            input=f"sync_report{args}" + (f" with {kwargs}" if kwargs else ""),
+        )

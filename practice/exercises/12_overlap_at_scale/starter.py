@@ -7,7 +7,15 @@ then grade it:  python practice/judge.py 12
 import math
 
 
-def sync_report(n_params, bytes_per_grad, world_size, bandwidth_bytes_per_s, backward_s,
-                bucket_bytes=25 * 2**20, alpha_s=0.0):
-    """How long the bucketed gradient all-reduce takes, and how much of it the backward hides."""
+def sync_report(
+    n_params,
+    bytes_per_grad,
+    world_size,
+    bandwidth_bytes_per_s,
+    backward_s,
+    bucket_bytes=25 * 2**20,
+    alpha_s=0.0,
+):
+    """How long the bucketed gradient all-reduce takes, and how much of it the backward
+    hides."""
     raise NotImplementedError("write sync_report")

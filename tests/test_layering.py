@@ -1,0 +1,131 @@
+"""mylib's layers, read from the imports themselves so that they cannot rot.
+
+* the top level is the library a reader builds: at most about 18 modules,
+  each docstring naming the chapter that builds it;
+* ``mylib.models`` imports only the standard library and ``mylib.models``
+  (the browser runs it);
+* nothing in the library proper or in ``mylib.models`` imports
+  ``mylib.figures`` or ``mylib.experiments``;
+* a figure of ``models/X.py`` lives at ``figures/X.py``: every figure module
+  is named after what it draws, or is part of the drawing kit;
+* no line in ``mylib/`` is longer than 88 characters.
+
+Imports anywhere in a file count, also those inside functions.
+"""
+
+import ast
+import pathlib
+import re
+import sys
+
+import pytest
+
+MYLIB = pathlib.Path(__file__).resolve().parent.parent / "mylib"
+STDLIB = set(sys.stdlib_module_names)
+KIT = {"svg", "livefig", "browser", "show"}  # figures/ that draw nothing themselves
+MAX_TOP_LEVEL = 18
+
+
+def _modules(folder):
+    return sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
+
+
+def _imports(path):
+    """Every module a file imports, as dotted names (``mylib.models.timeline``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: use absolute imports"
+            found.add(node.module)
+            for alias in node.names:  # from mylib.models import timeline
+                candidate = MYLIB.parent / (
+                    node.module.replace(".", "/") + f"/{alias.name}.py"
+                )
+                if candidate.exists():
+                    found.add(f"{node.module}.{alias.name}")
+    return found
+
+
+def _layer(name):
+    parts = name.split(".")
+    if parts[0] != "mylib":
+        return "stdlib" if parts[0] in STDLIB else "third-party"
+    if len(parts) > 1 and parts[1] in ("models", "figures", "experiments"):
+        return parts[1]
+    return "library"
+
+
+def test_top_level_is_the_library_each_module_naming_its_chapter():
+    top = _modules(MYLIB)
+    assert len(top) <= MAX_TOP_LEVEL, [p.name for p in top]
+    for path in top:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert re.match(r"Chapter \d+\. ", doc), (
+            f"{path.name}: docstring must open 'Chapter N. '"
+        )
+    subpackages = {
+        p.name for p in MYLIB.iterdir() if p.is_dir() and not p.name.startswith("_")
+    }
+    assert subpackages == {"models", "figures", "experiments"}
+
+
+@pytest.mark.parametrize("path", _modules(MYLIB / "models"), ids=lambda p: p.name)
+def test_models_import_only_the_standard_library_and_models(path):
+    layers = {name: _layer(name) for name in _imports(path)}
+    wrong = {
+        name for name, layer in layers.items() if layer not in ("stdlib", "models")
+    }
+    wrong.discard("mylib.models")
+    assert not wrong, (
+        f"models/{path.name} imports {sorted(wrong)}: models run in the browser"
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    _modules(MYLIB) + _modules(MYLIB / "models") + [MYLIB / "__init__.py"],
+    ids=lambda p: str(p.relative_to(MYLIB)),
+)
+def test_library_and_models_never_import_figures_or_experiments(path):
+    upward = {
+        name for name in _imports(path) if _layer(name) in ("figures", "experiments")
+    }
+    assert not upward, f"{path.relative_to(MYLIB)} imports {sorted(upward)}"
+
+
+def test_a_figure_is_named_after_what_it_draws():
+    drawn = {p.stem for p in _modules(MYLIB)} | {
+        p.stem for p in _modules(MYLIB / "models")
+    }
+    for path in _modules(MYLIB / "figures"):
+        assert path.stem in KIT | drawn, (
+            f"figures/{path.name} draws no models/{path.name} or mylib/{path.name}: "
+            "name a figure after the model (or library module) it draws"
+        )
+
+
+def test_subpackage_inits_are_docstrings_only():
+    # the browser ships them: they must import nothing
+    for sub in ("models", "figures", "experiments"):
+        tree = ast.parse((MYLIB / sub / "__init__.py").read_text())
+        assert ast.get_docstring(tree) and len(tree.body) == 1, sub
+
+
+def test_no_line_in_mylib_is_longer_than_88():
+    long = [
+        f"{path.relative_to(MYLIB)}:{n}"
+        for path in sorted(MYLIB.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if len(line) > 88
+    ]
+    assert not long, f"{len(long)} lines over 88 columns, e.g. {long[:5]}"
+
+
+def test_the_layering_test_can_fail(tmp_path):
+    # the classifier must see an upward import, also one inside a function
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from mylib.figures import svg\n")
+    assert {_layer(n) for n in _imports(bad)} >= {"figures"}
