@@ -10,7 +10,7 @@ VENDOR := vendor/.stamp
 NB_SANITIZE := tests/nbval_sanitize.cfg
 export PYTHONHASHSEED := 0
 
-.PHONY: book test test-unit test-notebooks test-book test-browser test-practice lab bench notebooks clean help
+.PHONY: book test lint format test-unit test-notebooks test-book test-browser test-practice lab bench notebooks clean help
 
 help:
 	@echo "make book   - build the static site into _build/html"
@@ -18,6 +18,7 @@ help:
 	@echo "make lab    - open JupyterLab on the notebooks"
 	@echo "make bench  - benchmarks: MyDDP vs PyTorch DDP, timeline model vs measurement"
 	@echo "make notebooks - re-execute every notebook and save its outputs"
+	@echo "make lint   - ruff check and ruff format --check (make format fixes the format)"
 
 # The virtual environment is rebuilt whenever requirements.txt changes.
 $(STAMP): requirements.txt pyproject.toml
@@ -39,11 +40,23 @@ book: $(STAMP) $(VENDOR)
 	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000  (then http://127.0.0.1:8000)"
 
 test: $(STAMP) $(VENDOR)
+	$(MAKE) lint
 	$(MAKE) test-unit
 	$(MAKE) test-practice
 	$(MAKE) test-notebooks
 	$(MAKE) test-book
 	$(MAKE) test-browser
+
+# One style for the library, the judge, the tests and the notebooks' cells
+# (configured in pyproject.toml: 88 columns).
+LINTED := mylib practice tests notebooks book/_ext book/benchmarks.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+format: $(STAMP)
+	$(BIN)/ruff format $(LINTED)
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m "not browser" -p no:cacheprovider --durations=25

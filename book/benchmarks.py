@@ -1,11 +1,12 @@
-"""Sphinx extension behind the benchmarks page: ``{bench-results}`` shows ``make
-bench``'s figures.
+"""Sphinx extension behind the benchmarks page.
+
+Its directive ``{bench-results}`` shows ``make bench``'s figures.
 
 ``make bench`` measures on the reader's machine and writes one JSON file per
 benchmark into ``bench-results/`` (gitignored). The page must show those
 figures, not numbers typed by an author on another machine, so the directive
-reads the files at build time and renders each as a section: the machine it ran
-on, and its tables. With no results yet it says how to make them.
+reads the files at build time and renders each as a section: the machine it
+ran on, and its tables. With no results yet it says how to make them.
 
 Result file format (what ``tests/bench.py`` writes)::
 
@@ -13,11 +14,13 @@ Result file format (what ``tests/bench.py`` writes)::
      "summary": "one or two sentences on what was measured and the verdict",
      "machine": {"cpu": "...", "cores": 2, "torch": "2.13.0+cpu", ...},
      "date": "2026-01-01T12:00:00",
-     "tables": [{"title": "...", "columns": ["cap (MB)", "ratio"], "rows": [[1, 1.02], ...],
+     "tables": [{"title": "...", "columns": ["cap (MB)", "ratio"],
+                 "rows": [[1, 1.02], ...],
                  "note": "optional text under the table"}]}
 
-Any other key whose value is a scalar is listed with the machine; a key whose
-value is a list of dicts becomes a table, so a new benchmark needs no change here.
+Any other key whose value is a scalar is listed with the machine; a key
+whose value is a list of dicts becomes a table, so a new benchmark needs
+no change here.
 
 The page is re-read on every build (results change without any source changing).
 """
@@ -162,8 +165,9 @@ class BenchResults(Directive):
             note = nodes.admonition(classes=["note"])
             note += nodes.title(text="No measurements yet")
             note += nodes.paragraph(
-                text="This copy of the book was built before `make bench` ran. Run `make bench` and then "
-                "`make book`: this page then shows the figures measured on your machine."
+                text="This copy of the book was built before `make bench` ran. "
+                "Run `make bench` and then `make book`: this page then shows the "
+                "figures measured on your machine."
             )
             return [note]
         out = []
@@ -175,7 +179,8 @@ class BenchResults(Directive):
                     result = json.load(f)
             except (OSError, ValueError) as exc:
                 error = nodes.paragraph(
-                    text=f"{RESULTS_DIR}/{filename} could not be read ({exc}); run `make bench` again."
+                    text=f"{RESULTS_DIR}/{filename} could not be read ({exc}); "
+                    "run `make bench` again."
                 )
                 out.append(error)
                 continue

@@ -60,10 +60,10 @@ def average_gradients(module, group=None):
 
 
 def max_replica_difference(module, group=None):
-    """Largest ``|w_rank - w_rank0|`` over all parameters and ranks: 0.0 when the
-    replicas are identical.
+    """Largest ``|w_rank - w_rank0|`` over all parameters and ranks.
 
-    Every rank calls it and gets the same number.
+    0.0 when the replicas are identical. Every rank calls it and gets the
+    same number.
     """
     worst = torch.zeros((), dtype=torch.float64)
     with torch.no_grad():

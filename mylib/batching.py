@@ -18,11 +18,14 @@ Two pieces of bookkeeping that data parallelism adds to training:
 from collections import Counter, namedtuple
 
 ShardCheck = namedtuple("ShardCheck", "disjoint complete read_twice missing per_rank")
-ShardCheck.__doc__ = """What :func:`check_shards` found: ``read_twice`` and ``missing`` are sorted row indices."""
+ShardCheck.__doc__ = (
+    "What :func:`check_shards` found: ``read_twice`` and ``missing`` are sorted "
+    "row indices."
+)
 
 
 def check_shards(shards, dataset_len):
-    """Do the ranks' index lists split ``range(dataset_len)`` exactly?
+    """Whether the ranks' index lists split ``range(dataset_len)`` exactly.
 
     ``shards[r]`` is the list of row indices rank ``r`` reads in one epoch.
     ``disjoint``: no row is read twice (by two ranks or by one);
@@ -43,7 +46,10 @@ def check_shards(shards, dataset_len):
 
 
 def global_batch_size(micro_batch, accumulation_steps, world_size):
-    """Examples per optimizer step: ``micro_batch x accumulation_steps x world_size``."""
+    """Examples per optimizer step, over all ranks.
+
+    ``micro_batch x accumulation_steps x world_size``.
+    """
     for name, value in (
         ("micro_batch", micro_batch),
         ("accumulation_steps", accumulation_steps),
@@ -55,8 +61,7 @@ def global_batch_size(micro_batch, accumulation_steps, world_size):
 
 
 def accumulation_steps_for(global_batch, micro_batch, world_size):
-    """How many micro-batches each rank accumulates to reach ``global_batch`` examples
-    per step.
+    """How many micro-batches each rank accumulates to reach ``global_batch`` per step.
 
     Raises ``ValueError`` naming the nearest batch sizes that work when
     ``micro_batch x world_size`` does not divide ``global_batch``.
@@ -66,8 +71,9 @@ def accumulation_steps_for(global_batch, micro_batch, world_size):
     if rest or steps == 0:
         nearest = sorted({max(steps, 1) * per_pass, (steps + 1) * per_pass})
         raise ValueError(
-            f"a global batch of {global_batch} is not a whole number of passes of micro_batch x world_size = "
-            f"{micro_batch} x {world_size} = {per_pass}: use a global batch of "
-            f"{' or '.join(str(b) for b in nearest)}, or change the micro-batch"
+            f"a global batch of {global_batch} is not a whole number of passes of "
+            f"micro_batch x world_size = {micro_batch} x {world_size} = {per_pass}: "
+            f"use a global batch of {' or '.join(str(b) for b in nearest)}, "
+            "or change the micro-batch"
         )
     return steps

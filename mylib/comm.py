@@ -101,8 +101,10 @@ def irecv(tensor, src=None, group=None, tag=0):
 
 
 def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-    """``dist.all_reduce``, counting 2 (n-1)/n x bytes (ring: reduce-scatter, then
-    all-gather)."""
+    """``dist.all_reduce``, counting 2 (n-1)/n x bytes.
+
+    A ring all-reduce is a reduce-scatter, then an all-gather.
+    """
     n = _world(group)
     _record("all_reduce", 2 * (n - 1) * nbytes(tensor) // n)
     return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
@@ -126,8 +128,7 @@ def all_gather_into_tensor(output, input, group=None, async_op=False):
 
 
 def broadcast(tensor, src, group=None, async_op=False):
-    """``dist.broadcast``, counting the bytes a pipelined ring broadcast sends from this
-    rank.
+    """``dist.broadcast``, counting this rank's bytes in a pipelined ring broadcast.
 
     Every rank forwards the tensor to its successor except the one whose
     successor is the root.

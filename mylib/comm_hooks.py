@@ -26,7 +26,8 @@ MyDDP and on PyTorch's DDP. The low-rank end of the same idea is
 Usage, on every rank::
 
     model = MyDDP(net)
-    model.register_comm_hook(None, bf16_compress_hook)   # state: the process group (None: everyone)
+    # state: the process group (None: everyone)
+    model.register_comm_hook(None, bf16_compress_hook)
 """
 
 import torch
@@ -34,8 +35,8 @@ import torch.distributed as dist
 
 from mylib import comm
 
-# The unit roundoff of each wire format: rounding to it moves a value by at most this
-# fraction of itself.
+# The unit roundoff of each wire format: rounding to it moves a value by at most
+# this fraction of itself.
 UNIT_ROUNDOFF = {
     torch.float16: 2.0**-11,
     torch.bfloat16: 2.0**-8,
@@ -44,19 +45,22 @@ UNIT_ROUNDOFF = {
 
 
 def _compress_hook(dtype, process_group, bucket):
-    """All-reduce ``bucket`` in ``dtype``: cast (divided by the world size), sum, cast
-    back into the bucket."""
+    """All-reduce ``bucket`` in ``dtype``: cast, sum, cast back into the bucket.
+
+    The cast copy is divided by the world size before the sum.
+    """
     flat = bucket.buffer()
     if not flat.is_floating_point():
         raise TypeError(
-            f"a compression hook needs floating-point gradients, got a bucket of {flat.dtype}"
+            "a compression hook needs floating-point gradients, got a bucket of "
+            f"{flat.dtype}"
         )
     compressed = flat.to(dtype).div_(dist.get_world_size(process_group))
     work = comm.all_reduce(compressed, group=process_group, async_op=True)
 
     def decompress(future):
-        # Back into the bucket's own buffer: p.grad are views of it, so nothing else has
-        # to be copied.
+        # Back into the bucket's own buffer: p.grad are views of it, so nothing
+        # else has to be copied.
         flat.copy_(future.value()[0])
         return flat
 
@@ -64,14 +68,15 @@ def _compress_hook(dtype, process_group, bucket):
 
 
 def fp16_compress_hook(process_group, bucket):
-    """Average ``bucket`` over ranks sending IEEE half precision (fp16): half the bytes
-    of fp32."""
+    """Average ``bucket`` over ranks, sending fp16 (IEEE half): half fp32's bytes."""
     return _compress_hook(torch.float16, process_group, bucket)
 
 
 def bf16_compress_hook(process_group, bucket):
-    """Average ``bucket`` over ranks sending bfloat16: half the bytes of fp32, fp32's
-    range, coarser rounding."""
+    """Average ``bucket`` over ranks, sending bfloat16: half fp32's bytes.
+
+    bfloat16 keeps fp32's range, with coarser rounding.
+    """
     return _compress_hook(torch.bfloat16, process_group, bucket)
 
 
@@ -80,8 +85,7 @@ WIRE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def rounding_error_in_units(averaged, rank_gradients, dtype):
-    """How far a low-precision average is from the exact one, in units of the format's
-    rounding.
+    """How far a low-precision average is from the exact one, in units of rounding.
 
     ``rank_gradients`` are every rank's own gradient (one tensor each, in
     float64 for the reference), ``averaged`` what the hook produced. The

@@ -131,8 +131,7 @@ class MyDDP(nn.Module):
         # Every replica starts from rank 0's weights.
         self._broadcast_from_rank0(t for _, t in self._params_and_buffers())
 
-        # Buckets in backward order, which is roughly the reverse of
-        # registration order.
+        # Buckets in backward order: roughly the reverse of registration order.
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         named = named[::-1]
         if not named:
@@ -177,7 +176,10 @@ class MyDDP(nn.Module):
         return self.module(*args, **kwargs)
 
     def _on_grad_ready(self, bucket, slot, param):
-        """Autograd has accumulated ``param.grad``: file it in its bucket, maybe launch."""
+        """Autograd has accumulated ``param.grad``: file it in its bucket.
+
+        If that completes the bucket, launch the buckets that are ready, in order.
+        """
         self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
         if not self._sync_enabled:
             self._local_grads = True
@@ -213,8 +215,7 @@ class MyDDP(nn.Module):
             self._next_bucket += 1
 
     def finish_gradient_sync(self):
-        """Wait for every bucket's all-reduce; then ``p.grad`` is the average over
-        ranks."""
+        """Wait for every bucket's all-reduce; then ``p.grad`` is the ranks' average."""
         self._check_finish()
         for bucket in self.buckets:  # unused parameters contribute a zero gradient
             for slot, p in enumerate(bucket.params):

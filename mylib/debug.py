@@ -89,12 +89,11 @@ def checked_group(ranks=None):
 
 
 def who_is_missing(timeout_s=5.0, group=None):
-    """A barrier that, after ``timeout_s``, raises naming the ranks that did not reach
-    it (gloo only).
+    """A barrier that raises after ``timeout_s``, naming the ranks that did not arrive.
 
-    Rank 0 waits for every other rank and reports all the missing ones
-    (``monitored_barrier(wait_all_ranks=True)``); the other ranks raise too.
-    Returns None when everyone arrived.
+    Gloo only. Rank 0 waits for every other rank and reports all the missing
+    ones (``monitored_barrier(wait_all_ranks=True)``); the other ranks raise
+    too. Returns None when everyone arrived.
     """
     dist.monitored_barrier(
         group=group, timeout=datetime.timedelta(seconds=timeout_s), wait_all_ranks=True

@@ -51,7 +51,8 @@ class RankError(RuntimeError):
         self.rank = rank
         self.rank_traceback = rank_traceback
         super().__init__(
-            f"rank {rank} failed: {message}\n\n--- traceback of rank {rank} ---\n{rank_traceback}"
+            f"rank {rank} failed: {message}\n\n"
+            f"--- traceback of rank {rank} ---\n{rank_traceback}"
         )
 
 
@@ -64,8 +65,10 @@ class RankTimeout(TimeoutError):
             f"--- rank {r} was here ---\n{stack}" for r, stack in sorted(stuck.items())
         )
         super().__init__(
-            f"ranks {sorted(stuck)} did not finish within {timeout_s:g} s. A common cause is ranks calling "
-            f"different collectives (or the same ones in a different order). Where each stuck rank was:\n{where}"
+            f"ranks {sorted(stuck)} did not finish within {timeout_s:g} s. "
+            "A common cause is ranks calling different collectives (or the same "
+            "ones in a different order). Where each stuck rank was:\n"
+            f"{where}"
         )
 
 
@@ -79,13 +82,13 @@ def run_ranks(
     timeout_s=60.0,
     show_output=True,
 ):
-    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return their results in rank
-    order.
+    """Run ``fn(*args, **kwargs)`` on ``world_size`` ranks; return each rank's result.
 
-    Each rank is a fresh process inside an initialised process group
-    (``dist.get_rank()`` works in ``fn``). ``backend`` is ``"gloo"`` (CPU) or
-    ``"nccl"`` (one GPU per rank). Whatever a rank prints is shown after the
-    run, rank by rank, prefixed ``[rank r]`` (``show_output=False`` hides it).
+    The results come in rank order. Each rank is a fresh process inside an
+    initialised process group (``dist.get_rank()`` works in ``fn``). ``backend``
+    is ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank). Whatever a rank prints
+    is shown after the run, rank by rank, prefixed ``[rank r]``
+    (``show_output=False`` hides it).
 
     Raises :class:`RankError` naming the first rank that failed, with its
     traceback, and :class:`RankTimeout` if the ranks are not all done within
@@ -105,8 +108,8 @@ def run_ranks(
             f"{torch.cuda.device_count()} GPUs. Use backend='gloo' to run on the CPU."
         )
     ctx = _context()
-    # sys.path travels too: fn may live in a module only the caller can import (a test
-    # folder, say).
+    # sys.path travels too: fn may live in a module only the caller can import
+    # (a test folder, say).
     payload = (list(sys.path), cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))))
     # The parent owns the rendezvous store: port 0 lets the OS choose a free
     # port, and holding it open means no other launch can grab it meanwhile.
@@ -281,7 +284,10 @@ def _describe_exit(exitcode):
     if exitcode < 0:
         name = signal.Signals(-exitcode).name
         return f"the process was killed by {name} without returning a result"
-    return f"the process exited with code {exitcode} without returning a result (sys.exit or os._exit in fn?)"
+    return (
+        f"the process exited with code {exitcode} without returning a result "
+        "(sys.exit or os._exit in fn?)"
+    )
 
 
 def _printed_note(printed):
@@ -301,9 +307,8 @@ def _stacks_of(procs, ranks, log_dir):
     for r in ranks:
         if procs[r].is_alive():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(
-                    procs[r].pid, signal.SIGUSR1
-                )  # faulthandler dumps its stack to the log
+                # faulthandler dumps its stack to the log
+                os.kill(procs[r].pid, signal.SIGUSR1)
     # A busy machine can take a while to deliver the signal and write the dump.
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and not all(

@@ -34,9 +34,9 @@ from mylib import comm
 
 
 class LocalSGD:
-    """Step ``optimizer`` locally; every ``sync_every`` steps average ``module``'s
-    parameters over ranks.
+    """Step ``optimizer`` locally; every ``sync_every`` steps, average the parameters.
 
+    Averaging replaces each of ``module``'s parameters by its mean over ranks.
     Rank 0's parameters are broadcast at construction, so the ranks start
     equal. Optimizer state (momentum, Adam's moments) stays local, as in
     PyTorch's model averaging. ``averages`` counts the averages so far.
@@ -85,11 +85,15 @@ class LocalSGD:
 
 
 def bytes_per_step(param_bytes, world_size, sync_every):
-    """Bytes one rank sends per optimizer step, averaged over a period: ``2(n-1)/n x P /
-    H`` (ring)."""
+    """Bytes one rank sends per optimizer step, averaged over a period.
+
+    ``2(n-1)/n x P / H``: one ring all-reduce of the ``P`` parameter bytes
+    every ``H`` steps.
+    """
     if sync_every < 1 or world_size < 1:
         raise ValueError(
-            f"need sync_every >= 1 and world_size >= 1, got {sync_every} and {world_size}"
+            "need sync_every >= 1 and world_size >= 1, "
+            f"got {sync_every} and {world_size}"
         )
     return 2 * (world_size - 1) / world_size * param_bytes / sync_every
 

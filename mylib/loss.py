@@ -26,7 +26,7 @@ from mylib import comm
 
 
 def global_count(count, group=None):
-    """The sum over ranks of a local count (an int or a 0-dim tensor), as a Python int."""
+    """The sum over ranks of a local count (int or 0-dim tensor), as a Python int."""
     total = torch.as_tensor(count, dtype=torch.int64).clone().reshape(())
     comm.all_reduce(total, group=group)
     return int(total.item())
@@ -36,9 +36,10 @@ def global_mean_loss(loss_sum, count, group=None):
     """Scale a summed loss: its mean over ranks is the mean over all items.
 
     ``loss_sum`` is the sum of this rank's per-item losses (a tensor with a
-    graph), ``count`` how many items it summed. Returns ``loss_sum *
-    world_size / global_count``; when no rank has any item it returns
-    ``loss_sum * 0`` (zero loss, zero gradient) instead of dividing by zero.
+    graph), ``count`` how many items it summed. Returns
+    ``loss_sum * world_size / global_count``; when no rank has any item it
+    returns ``loss_sum * 0`` (zero loss, zero gradient) instead of dividing
+    by zero.
     """
     if int(count) < 0:
         raise ValueError(

@@ -22,9 +22,9 @@ approximation of the *average* gradient. Two ideas make it train well:
   random one, so the power iteration continues across steps and the
   approximation keeps improving while the gradients change slowly.
 
-Vectors (biases, norms) and matrices too small to gain (``(n + m) r x
-min_compression_rate >= n m``) are all-reduced as they are, and the first
-``start_powerSGD_iter`` steps all-reduce everything plainly: early
+Vectors (biases, norms) and matrices too small to gain
+(``(n + m) r x min_compression_rate >= n m``) are all-reduced as they are, and
+the first ``start_powerSGD_iter`` steps all-reduce everything plainly: early
 training is the most sensitive to a rough gradient.
 
 The state and the hook mirror PyTorch's
@@ -47,8 +47,10 @@ from mylib.ddp import allreduce_average_hook
 
 
 class PowerSGDState:
-    """The settings of PowerSGD and what it remembers between steps (errors, last Q per
-    bucket)."""
+    """The settings of PowerSGD and what it remembers between steps.
+
+    Per bucket it remembers the error of the last approximation and the last Q.
+    """
 
     def __init__(
         self,
@@ -70,8 +72,8 @@ class PowerSGDState:
             )
         if not isinstance(start_powerSGD_iter, int) or start_powerSGD_iter < 0:
             raise ValueError(
-                f"start_powerSGD_iter must be an int >= 0 (steps of plain all-reduce first), "
-                f"got {start_powerSGD_iter!r}"
+                f"start_powerSGD_iter must be an int >= 0 (steps of plain all-reduce "
+                f"first), got {start_powerSGD_iter!r}"
             )
         if not min_compression_rate > 0:
             raise ValueError(
@@ -83,20 +85,20 @@ class PowerSGDState:
         self.min_compression_rate = min_compression_rate
         self.use_error_feedback = use_error_feedback
         self.warm_start = warm_start
-        # The random start of Q: one seed per bucket drawn from this stream, as PyTorch
-        # does.
+        # Q's random start, as in PyTorch: one seed per bucket drawn from this stream.
         self.rng = np.random.RandomState(random_seed)
         # bucket index -> what the approximation missed last time (flat, on this rank)
         self.error_dict = {}
         self.q_memory_dict = {}  # bucket index -> last step's Qs (flat), the warm start
         self.iter = 0  # steps seen (counted at each step's last bucket)
-        self.numel_before = self.numel_after = (
-            0  # numbers to send without and with compression, all steps
-        )
+        # numbers to send without and with compression, all steps
+        self.numel_before = self.numel_after = 0
 
     def compression_rate(self):
-        """Numbers a plain all-reduce would have sent over numbers sent, over the
-        compressed steps so far."""
+        """Numbers a plain all-reduce would have sent, divided by the numbers sent.
+
+        Over the compressed steps so far; NaN before the first.
+        """
         return (
             self.numel_before / self.numel_after if self.numel_after else float("nan")
         )
@@ -122,8 +124,11 @@ def orthonormalize_(matrix):
 
 
 def compression_plan(gradients, state):
-    """Split a bucket's gradients: ``(matrix view, rank)`` pairs to compress, and the
-    rest to send as they are."""
+    """Split a bucket's gradients into matrices to compress and the rest.
+
+    Returns ``(matrix view, rank)`` pairs to compress, and the gradients to send
+    as they are.
+    """
     compress, plain = [], []
     for grad in gradients:
         matrix = grad.view(grad.shape[0], -1) if grad.dim() > 0 else grad.view(1, 1)
@@ -146,8 +151,10 @@ def _views(flat, shapes):
 
 
 def powersgd_hook(state, bucket):
-    """Average ``bucket`` over ranks with PowerSGD: a future of the bucket, holding the
-    approximated average."""
+    """Average ``bucket`` over ranks with PowerSGD.
+
+    Returns a future of the bucket, holding the approximated average.
+    """
     group = state.process_group
     world = dist.get_world_size(group)
     flat = bucket.buffer()
@@ -157,17 +164,16 @@ def powersgd_hook(state, bucket):
     index = bucket.index()
     if state.use_error_feedback:
         flat.add_(state.error_dict.setdefault(index, torch.zeros_like(flat)))
-        corrected = (
-            flat.clone()
-        )  # what we want to send; minus what arrives is next step's error
+        # what we want to send; minus what arrives is next step's error
+        corrected = flat.clone()
     compress, plain = compression_plan(bucket.gradients(), state)
     state.numel_before += flat.numel()
     state.numel_after += sum(g.numel() for g in plain) + sum(
         (m.shape[0] + m.shape[1]) * r for m, r in compress
     )
 
-    # P and Q of all the bucket's matrices live in one flat tensor each: one all-reduce
-    # for all of them.
+    # P and Q of all the bucket's matrices live in one flat tensor each: one
+    # all-reduce for all of them.
     p_flat = flat.new_empty(sum(m.shape[0] * r for m, r in compress))
     ps = _views(p_flat, [(m.shape[0], r) for m, r in compress])
     q_shapes = [(m.shape[1], r) for m, r in compress]
@@ -203,9 +209,8 @@ def powersgd_hook(state, bucket):
                 offset += grad.numel()
         q_flat.div_(world)
         for (matrix, _), p, q in zip(compress, ps, qs):
-            torch.matmul(
-                p, q.t(), out=matrix
-            )  # the matrices are views of the bucket: this fills it
+            # the matrices are views of the bucket: this fills it
+            torch.matmul(p, q.t(), out=matrix)
         if state.use_error_feedback:
             state.error_dict[index] = corrected - flat
         if state.warm_start:

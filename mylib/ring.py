@@ -33,8 +33,7 @@ ALL_GATHER = "all-gather"
 
 
 def chunk_bounds(numel, n):
-    """Where each of ``n`` chunks of a flat tensor of ``numel`` elements starts and
-    stops.
+    """Start and stop of each of ``n`` chunks of a flat tensor of ``numel`` elements.
 
     Sizes differ by at most one element: the first ``numel % n`` chunks get
     the extra element (the rule of ``torch.tensor_split``). Chunks may be
@@ -75,8 +74,7 @@ def ring_steps(n):
 
 
 def simulate_ring(n):
-    """Run the schedule on paper: which ranks' contributions each copy holds after each
-    step.
+    """Run the schedule on paper: whose contributions each copy holds after each step.
 
     Returns a list of ``2(n-1) + 1`` states; ``state[r][c]`` is the frozenset
     of ranks whose chunk ``c`` has been summed into rank ``r``'s copy of chunk
@@ -98,8 +96,7 @@ def simulate_ring(n):
 
 
 def ring_bytes_sent(numel, element_size, n, rank):
-    """Bytes that ``rank`` sends in a ring all-reduce of ``numel`` elements over ``n``
-    ranks.
+    """Bytes ``rank`` sends in a ring all-reduce of ``numel`` elements over ``n`` ranks.
 
     Rank ``r`` sends every chunk but ``(r+1) % n`` in the reduce-scatter
     phase and every chunk but ``(r+2) % n`` in the all-gather phase, so it
@@ -114,7 +111,7 @@ def ring_bytes_sent(numel, element_size, n, rank):
 
 
 def _combine(op):
-    """The in-place ``a op= b`` that the reduce-scatter phase applies, for a ReduceOp."""
+    """The in-place ``a op= b`` the reduce-scatter phase applies, for a ReduceOp."""
     combines = {
         dist.ReduceOp.SUM: lambda a, b: a.add_(b),
         dist.ReduceOp.AVG: lambda a, b: a.add_(b),  # divided by n at the end
@@ -136,8 +133,8 @@ def _exchange(send_chunk, dst, recv_into, src, group):
     Both are posted before either is waited on: if every rank first did a
     blocking send, every rank could wait for its neighbour to receive, and
     the ring would stall. Empty chunks (tensors smaller than ``n``) are
-    skipped on both sides, which agree because every rank computes the same
-    bounds.
+    skipped on both sides, which agree because every rank computes the
+    same bounds.
     """
     works = []
     if recv_into.numel():  # posted first: the chunk lands on arrival
@@ -207,7 +204,9 @@ def ring_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
 
 
 def _peer(group_rank, n, group):
-    """The global rank of ring position ``group_rank % n`` (``dist.isend`` wants global
-    ranks)."""
+    """The global rank of ring position ``group_rank % n``.
+
+    ``dist.isend`` wants global ranks.
+    """
     group_rank %= n
     return group_rank if group is None else dist.get_global_rank(group, group_rank)

@@ -33,7 +33,8 @@ def init_from_env(timeout_s=300.0):
         if var not in os.environ:
             raise RuntimeError(
                 f"environment variable {var} is not set: start this script with "
-                f"`torchrun --standalone --nproc-per-node=N {os.path.basename(sys.argv[0])}`"
+                "`torchrun --standalone --nproc-per-node=N "
+                f"{os.path.basename(sys.argv[0])}`"
             )
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":

@@ -4,8 +4,8 @@
 ``grad_ready`` (a parameter's gradient was accumulated), ``bucket_launch``,
 ``bucket_done`` (from the all-reduce's completion callback) and ``sync_done``
 (``finish_gradient_sync`` returned), each with its ``time.perf_counter()``.
-``mark("backward")`` and friends add the moments MyDDP cannot see. The
-events become a :class:`mylib.models.timeline.Timeline`, the structure the model
+``mark("backward")`` and friends add the moments MyDDP cannot see. The events
+become a :class:`mylib.models.timeline.Timeline`, the structure the model
 produces, so the same code draws both (:mod:`mylib.figures.timeline`)::
 
     tracer = Tracer()
@@ -34,17 +34,18 @@ class Tracer:
 
     def __init__(self):
         self.events = []
-        self._lock = (
-            threading.Lock()
-        )  # bucket_done arrives from the communication thread
+        # bucket_done arrives from the communication thread
+        self._lock = threading.Lock()
 
     def __call__(self, event, t, **fields):
         with self._lock:
             self.events.append((event, t, fields))
 
     def mark(self, event):
-        """Record a moment MyDDP does not report: ``forward``, ``backward``,
-        ``optimizer`` or ``end``."""
+        """Record a moment MyDDP does not report.
+
+        ``event`` is ``forward``, ``backward``, ``optimizer`` or ``end``.
+        """
         if event not in MARKS:
             raise ValueError(f"unknown mark {event!r}; use one of {MARKS}")
         self(event, time.perf_counter())
@@ -58,10 +59,9 @@ class Tracer:
         return [t for e, t, _ in self.events if e == event]
 
     def _wait_for_callbacks(self, timeout_s=2.0):
-        # A bucket's completion callback runs on the communication thread just after its
-        # future
-        # gets its value, so it can arrive a few microseconds after finish_gradient_sync
-        # returned.
+        # A bucket's completion callback runs on the communication thread just
+        # after its future gets its value, so it can arrive a few microseconds
+        # after finish_gradient_sync returned.
         deadline = time.perf_counter() + timeout_s
         while time.perf_counter() < deadline:
             with self._lock:
@@ -72,8 +72,7 @@ class Tracer:
             time.sleep(0.0005)
 
     def timeline(self, buckets=None, name="measured"):
-        """The recorded step as a Timeline: the spans the model draws, from real
-        timestamps.
+        """The recorded step as a Timeline: the model's spans, from real timestamps.
 
         Compute lane: ``forward`` (if marked), one ``backward`` span per
         layer (from one layer's gradients being ready to the next's; a layer
@@ -88,7 +87,8 @@ class Tracer:
         grads = [(t, f) for e, t, f in events if e == "grad_ready"]
         if not grads:
             raise ValueError(
-                "no gradient was recorded: set ddp.tracer = tracer before loss.backward()"
+                "no gradient was recorded: set ddp.tracer = tracer before "
+                "loss.backward()"
             )
         marks = {e: t for e, t, _ in events if e in MARKS}
         start = marks.get("backward", grads[0][0])
@@ -115,8 +115,8 @@ class Tracer:
         for index in sorted(launches):
             if index not in done:
                 raise ValueError(
-                    f"bucket {index} was launched but never finished: record a whole step, up to "
-                    "finish_gradient_sync()"
+                    f"bucket {index} was launched but never finished: "
+                    "record a whole step, up to finish_gradient_sync()"
                 )
             nbytes = buckets[index].nbytes if buckets is not None else 0
             spans.append(
@@ -152,17 +152,16 @@ class Tracer:
 
 
 def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
-    """Each layer's backward compute time, as :class:`mylib.models.timeline.Layer`
-    objects in backward order.
+    """Each layer's backward compute time, in backward order.
 
-    ``loss_fn()`` runs the forward and returns the loss; only its
-    ``backward()`` is timed. A hook on every parameter notes when its gradient
-    was accumulated; a layer's time runs from the previous layer's gradients
-    to its own (the first from the start of backward), which is exactly what
-    the model's compute lane means. ``statistic="median"``: each layer's
-    median over ``repeats`` runs; ``"min"``: the layers of the fastest run
-    (the one least disturbed by other programs on the machine); ``"runs"``:
-    every run's layers, a list per run.
+    Returns :class:`mylib.models.timeline.Layer` objects. ``loss_fn()`` runs the
+    forward and returns the loss; only its ``backward()`` is timed. A hook on
+    every parameter notes when its gradient was accumulated; a layer's time runs
+    from the previous layer's gradients to its own (the first from the start of
+    backward), which is exactly what the model's compute lane means.
+    ``statistic="median"``: each layer's median over ``repeats`` runs;
+    ``"min"``: the layers of the fastest run (the one least disturbed by other
+    programs on the machine); ``"runs"``: every run's layers, a list per run.
     """
     if statistic not in ("median", "min", "runs"):
         raise ValueError(
@@ -196,8 +195,8 @@ def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
     shapes = {tuple((name, b) for name, _, b in run) for run in layers_of_run}
     if len(shapes) != 1:
         raise RuntimeError(
-            "the gradients arrived in a different order in different runs; time_layers needs a "
-            "model whose backward order does not change"
+            "the gradients arrived in a different order in different runs; "
+            "time_layers needs a model whose backward order does not change"
         )
     if statistic == "runs":
         return [[tl.Layer(*layer) for layer in run] for run in layers_of_run]
@@ -218,8 +217,10 @@ def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):
 
 
 def _layers_from_events(start, events, sizes):
-    """Group ``(param name, t)`` events into ``(layer, seconds, param_bytes)`` in
-    arrival order."""
+    """Group ``(param name, t)`` events into ``(layer, seconds, param_bytes)``.
+
+    The layers keep the order in which their gradients arrived.
+    """
     layers, previous = [], start
     previous_start = start  # where the current layer began
     for name, t in events:

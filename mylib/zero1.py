@@ -50,8 +50,10 @@ class FlatParams:
         self.shard_end = self.shard_start + self.shard_numel
 
     def pieces(self):
-        """``(i, start, end)``, in flat coordinates, for each parameter i
-        that overlaps this rank's shard."""
+        """``(i, start, end)`` for each parameter i that overlaps this rank's shard.
+
+        ``start`` and ``end`` are positions in the flat buffer.
+        """
         for i, (offset, numel) in enumerate(zip(self.offsets, self.numels)):
             start = max(offset, self.shard_start)
             end = min(offset + numel, self.shard_end)
@@ -99,8 +101,9 @@ class Piece(NamedTuple):
 
 
 class ShardedOptimizer(torch.optim.Optimizer):
-    """ZeRO stage 1: ``optimizer_class`` runs on this rank's shard; every rank gets all
-    parameters back.
+    """ZeRO stage 1: ``optimizer_class`` runs on this rank's shard only.
+
+    After each step every rank gets all parameters back.
 
     Same signature as ``torch.distributed.optim.ZeroRedundancyOptimizer``:
     ``ShardedOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3)``
@@ -126,17 +129,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
             and issubclass(optimizer_class, torch.optim.Optimizer)
         ):
             raise TypeError(
-                f"optimizer_class must be a "
-                f"torch.optim.Optimizer subclass such as "
-                f"torch.optim.AdamW (the class, not an "
-                f"instance), got {optimizer_class!r}"
+                "optimizer_class must be a torch.optim.Optimizer subclass such as "
+                "torch.optim.AdamW (the class, not an instance), "
+                f"got {optimizer_class!r}"
             )
         if not dist.is_initialized():
             raise RuntimeError(
-                "ShardedOptimizer needs a process group: "
-                "call dist.init_process_group first "
-                "(mylib.run_ranks and torchrun do it for "
-                "you)"
+                "ShardedOptimizer needs a process group: call dist.init_process_group "
+                "first (mylib.run_ranks and torchrun do it for you)"
             )
         super().__init__(params, defaults)
         self.optimizer_class = optimizer_class
@@ -186,7 +186,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._consolidated = None
 
     def _bucket_params(self, params):
-        """How parameters are grouped into flat buffers: here one per dtype and device."""
+        """Group the parameters into flat buffers: here one per dtype and device."""
         by_key = {}
         for p in params:
             by_key.setdefault((p.dtype, p.device), []).append(p)
@@ -212,8 +212,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def _shard_gradients(self):
         """Give each piece its share of the averaged gradient."""
         if not self.average_gradients:
-            # Already averaged: a piece's gradient is a view of the
-            # parameter's.
+            # Already averaged: a piece's gradient is a view of the parameter's.
             for piece in self.pieces:
                 grad = piece.param.grad
                 piece.tensor.grad = (
@@ -245,8 +244,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for bucket in self.buckets:
             bucket.grad_shard = None
 
-    # -- checkpoints: the full state, gathered on one rank, in the unsharded optimizer's
-    # format ----------
+    # -- checkpoints ---------------------------------------------------------------
+    # The full state, gathered on one rank, in the unsharded optimizer's format.
 
     def consolidate_state_dict(self, to=0):
         """Gather the whole optimizer state on rank ``to`` (every rank must call it).
@@ -310,18 +309,22 @@ class ShardedOptimizer(torch.optim.Optimizer):
         )
 
     def state_dict(self):
-        """The consolidated state (see :meth:`consolidate_state_dict`), on the rank it
-        was gathered to."""
+        """The consolidated state, on the rank it was gathered to.
+
+        See :meth:`consolidate_state_dict`.
+        """
         if self._consolidated is None:
             raise RuntimeError(
-                "the optimizer state is sharded: call consolidate_state_dict(to=rank) on every "
-                "rank first, then state_dict() on that rank"
+                "the optimizer state is sharded: call consolidate_state_dict(to=rank) "
+                "on every rank first, then state_dict() on that rank"
             )
         return self._consolidated
 
     def load_state_dict(self, state_dict):
-        """Load a consolidated state dict (the same dict on every rank); each rank keeps
-        its pieces."""
+        """Load a consolidated state dict; each rank keeps its pieces.
+
+        Every rank passes the same dict.
+        """
         index = {
             p: i
             for i, p in enumerate(p for g in self.param_groups for p in g["params"])
@@ -350,8 +353,10 @@ def _copy(value):
 
 
 def _per_element(key, value, param):
-    """Whether a saved state entry holds one value per element of ``param`` (momentum:
-    yes; step: no)."""
+    """Whether a saved state entry holds one value per element of ``param``.
+
+    Momentum does; the step count does not.
+    """
     return (
         torch.is_tensor(value)
         and value.shape == param.shape

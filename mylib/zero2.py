@@ -8,10 +8,10 @@ reduce-scatter in place of the all-reduce), and frees the full gradients
 at once. After ``loss.backward()`` a rank holds 1/N of the gradients.
 
 Buckets are formed in backward order by the same rule as DDP
-(:func:`mylib.models.buckets.assign_buckets`); each bucket is one flat buffer of
-parameters, cut into N shards as in ZeRO-1 (:class:`mylib.zero1.FlatParams`),
-so the reduce-scatter of a bucket's gradient leaves rank r the average of
-its shard r, exactly the part that rank r's optimizer updates.
+(:func:`mylib.models.buckets.assign_buckets`); each bucket is one flat buffer
+of parameters, cut into N shards as in ZeRO-1 (:class:`mylib.zero1.FlatParams`),
+so the reduce-scatter of a bucket's gradient leaves rank r the average of its
+shard r, exactly the part that rank r's optimizer updates.
 """
 
 import torch
@@ -22,17 +22,19 @@ from mylib.zero1 import ShardedOptimizer
 
 
 class ShardedGradOptimizer(ShardedOptimizer):
-    """ZeRO stage 2: ZeRO-1 plus gradients reduce-scattered bucket by bucket during the
-    backward.
+    """ZeRO stage 2: ZeRO-1 plus gradients reduce-scattered during the backward.
 
-    ``ShardedGradOptimizer(model.parameters(), torch.optim.AdamW, bucket_cap_mb=25,
-    lr=1e-3)`` on a model that is *not* wrapped in DDP: the optimizer hooks the
-    parameters itself. Every ``backward()`` adds this rank's shard of the averaged
-    gradient to the shard it holds (so gradient accumulation works); ``step()`` updates
-    the shard and all-gathers the parameters; ``zero_grad()`` clears the shards. As in
-    DDP, every rank must run the same backward (the same parameters get gradients), or
-    ranks would reduce-scatter different buckets. A parameter that gets no gradient
-    counts as a zero gradient.
+    Each bucket is reduce-scattered as soon as its gradients are ready.
+
+    ``ShardedGradOptimizer(model.parameters(), torch.optim.AdamW,
+    bucket_cap_mb=25, lr=1e-3)`` on a model that is *not* wrapped in DDP: the
+    optimizer hooks the parameters itself. Every ``backward()`` adds this rank's
+    shard of the averaged gradient to the shard it holds (so gradient
+    accumulation works); ``step()`` updates the shard and all-gathers the
+    parameters; ``zero_grad()`` clears the shards. As in DDP, every rank must
+    run the same backward (the same parameters get gradients), or ranks would
+    reduce-scatter different buckets. A parameter that gets no gradient counts
+    as a zero gradient.
     """
 
     def __init__(
@@ -45,7 +47,8 @@ class ShardedGradOptimizer(ShardedOptimizer):
     ):
         if bucket_cap_mb < 0:
             raise ValueError(
-                f"bucket_cap_mb must be >= 0 (0 = one bucket per parameter), got {bucket_cap_mb}"
+                "bucket_cap_mb must be >= 0 (0 = one bucket per parameter), "
+                f"got {bucket_cap_mb}"
             )
         self.bucket_cap_mb = bucket_cap_mb
         super().__init__(
@@ -62,14 +65,15 @@ class ShardedGradOptimizer(ShardedOptimizer):
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
             for p in self._bucket_of
         ]
-        self.reduce_scatters_in_backward = (
-            0  # launched from hooks during the last backward
-        )
+        # launched from hooks during the last backward
+        self.reduce_scatters_in_backward = 0
         self._new_backward()
 
     def _bucket_params(self, params):
-        """Buckets in backward order (the reverse of the parameter order), as DDP forms
-        them."""
+        """Buckets in backward order, as DDP forms them.
+
+        Backward order is the reverse of the parameter order.
+        """
         backward_order = list(reversed(params))
         sizes = [p.numel() * p.element_size() for p in backward_order]
         keys = [(p.dtype, p.device) for p in backward_order]
@@ -81,9 +85,8 @@ class ShardedGradOptimizer(ShardedOptimizer):
 
     def _new_backward(self):
         self._ready = [set() for _ in self.buckets]
-        self._next_to_launch = (
-            0  # buckets launch in order, so that every rank calls the same collectives
-        )
+        # buckets launch in order, so that every rank calls the same collectives
+        self._next_to_launch = 0
         # (bucket, gradient shard being received, flat gradient being sent, work)
         self._in_flight = []
         self._callback_queued = False
@@ -110,8 +113,7 @@ class ShardedGradOptimizer(ShardedOptimizer):
         with torch.no_grad():
             flat_grad = bucket.flatten([p.grad for p in bucket.params])
         for p in bucket.params:
-            # The point of ZeRO-2: no full gradient outlives its bucket's
-            # launch.
+            # The point of ZeRO-2: no full gradient outlives its bucket's launch.
             p.grad = None
         received = torch.empty(
             bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device
@@ -123,8 +125,10 @@ class ShardedGradOptimizer(ShardedOptimizer):
         self._next_to_launch = b + 1
 
     def _finish_backward(self):
-        """End of backward: launch the buckets left (unused parameters),
-        wait, keep the averaged shards."""
+        """End of backward: launch the buckets left, wait, keep the averaged shards.
+
+        The buckets left hold unused parameters.
+        """
         while self._next_to_launch < len(self.buckets):
             self._launch(self._next_to_launch)
         with torch.no_grad():
@@ -139,7 +143,7 @@ class ShardedGradOptimizer(ShardedOptimizer):
         self._new_backward()
 
     def _shard_gradients(self):
-        """The shards were reduced during the backward: only attach them to the pieces."""
+        """The shards were reduced in the backward: only attach them to the pieces."""
         self._attach_grad_shards()
 
     def remove_hooks(self):

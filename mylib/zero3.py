@@ -41,8 +41,10 @@ from mylib.zero1 import FlatParams
 
 
 class ShardedFlat:
-    """Parameters of one unit with the same requires_grad and dtype: a persistent shard,
-    a transient full buffer."""
+    """Parameters of one unit with the same requires_grad and dtype.
+
+    They are held as a persistent shard and a transient full buffer.
+    """
 
     def __init__(self, params, places, world_size, rank, process_group):
         self.layout = FlatParams(params, world_size, rank)
@@ -69,9 +71,8 @@ class ShardedFlat:
                 max(offset + numel - self.layout.shard_start, 0),
                 self.layout.shard_numel,
             )
-            p.data = self.shard[
-                start:end
-            ]  # this rank's piece of p: all the optimizer will see
+            # this rank's piece of p: all the optimizer will see
+            p.data = self.shard[start:end]
         self.free()
 
     def gather(self, async_op=False):
@@ -94,26 +95,28 @@ class ShardedFlat:
         self.full.untyped_storage().resize_(0)
 
     def use_full(self):
-        """Point every module slot of every parameter at a view of the full
-        buffer (autograd tracks them)."""
+        """Point every module slot of every parameter at a view of the full buffer.
+
+        Autograd tracks the views.
+        """
         padding = self.layout.numel - sum(self.layout.numels)
-        # One split: its backward assembles the whole flat gradient in a
-        # single concatenation.
+        # One split: its backward builds the whole flat gradient in one concatenation.
         views = self.full.split(self.layout.numels + [padding])
         for view, shape, places in zip(views, self.shapes, self.places):
             for module, name in places:
                 module._parameters[name] = view.view(shape)
 
     def use_pieces(self):
-        """Put the original parameters (holding this rank's pieces) back into their
-        module slots."""
+        """Put the original parameters back into their module slots.
+
+        They hold this rank's pieces.
+        """
         for p, places in zip(self.params, self.places):
             for module, name in places:
                 module._parameters[name] = p
 
     def add_grad_shard(self, received):
-        """Keep this rank's averaged gradient shard; expose its pieces as the
-        parameters' ``.grad``."""
+        """Keep this rank's averaged gradient shard; expose its pieces as ``p.grad``."""
         if self.grad_shard is None or any(
             p.grad is None for p in self.params
         ):  # zero_grad() ran
@@ -126,21 +129,21 @@ class ShardedFlat:
 
 
 class Unit:
-    """A module whose parameters are gathered and freed together: a layer, a block, or
-    the root."""
+    """A module whose parameters are gathered and freed together.
+
+    A layer, a block, or the root.
+    """
 
     def __init__(self, module, flats):
         self.module, self.flats = module, flats
         self.gathered = False
         self.pending = []  # works of a prefetch in flight
-        self.reduced = (
-            0  # trainable flats whose gradient was reduce-scattered in this backward
-        )
+        # trainable flats whose gradient was reduce-scattered in this backward
+        self.reduced = 0
 
 
 class ShardedModel(nn.Module):
-    """ZeRO stage 3 (PyTorch's FSDP): wrap a model; each unit is gathered just in time
-    and freed after.
+    """ZeRO stage 3 (PyTorch's FSDP): each unit is gathered just in time, then freed.
 
     ``unit_modules`` are submodules of ``module`` (for example every
     transformer block); each becomes a unit, and every parameter not inside
@@ -149,18 +152,18 @@ class ShardedModel(nn.Module):
     all. ``prefetch=True`` starts the all-gather of the next unit (in the
     order recorded in the previous step) while the current unit computes.
     Every rank must run the same modules, as in DDP. Then:
-    ``opt = torch.optim.AdamW(model.parameters(), lr=1e-3)``, ``loss.backward()``,
-    ``opt.step()`` as usual. Form parameter groups that depend on shapes
-    (no weight decay on 1-D tensors, say) *before* wrapping: afterwards every
-    parameter is a 1-D piece.
+    ``opt = torch.optim.AdamW(model.parameters(), lr=1e-3)``,
+    ``loss.backward()``, ``opt.step()`` as usual. Form parameter groups that
+    depend on shapes (no weight decay on 1-D tensors, say) *before* wrapping:
+    afterwards every parameter is a 1-D piece.
     """
 
     def __init__(self, module, unit_modules=(), process_group=None, prefetch=False):
         super().__init__()
         if not dist.is_initialized():
             raise RuntimeError(
-                "ShardedModel needs a process group: call dist.init_process_group first "
-                "(mylib.run_ranks and torchrun do it for you)"
+                "ShardedModel needs a process group: call dist.init_process_group "
+                "first (mylib.run_ranks and torchrun do it for you)"
             )
         self.module, self.process_group, self.prefetch = module, process_group, prefetch
         world_size, rank = (
@@ -171,7 +174,8 @@ class ShardedModel(nn.Module):
         for m in unit_modules:
             if id(m) not in members[module]:
                 raise ValueError(
-                    f"unit_modules must be submodules of the wrapped module; {type(m).__name__} is not"
+                    "unit_modules must be submodules of the wrapped module; "
+                    f"{type(m).__name__} is not"
                 )
         places = {}  # parameter -> every (module, name) slot that holds it
         for m in module.modules():
@@ -215,23 +219,24 @@ class ShardedModel(nn.Module):
                         )
                     )
         self.gathered_bytes = self.peak_gathered_bytes = 0
+        # units in the order they ran, last step
         self._order = {
             "forward": [],
             "backward": [],
-        }  # units in the order they ran, last step
+        }
         self._seen = {"forward": [], "backward": []}
-        self._in_flight = (
-            None  # the reduce-scatter still running: at most one, to bound memory
-        )
+        # the reduce-scatter still running: at most one, to bound memory
+        self._in_flight = None
         self._backward_running = False
 
     def forward(self, *args, **kwargs):
-        """Run the wrapped module; the hooks gather and free each unit around its
-        computation."""
+        """Run the wrapped module.
+
+        The hooks gather each unit just before it computes and free it after.
+        """
         return self.module(*args, **kwargs)
 
-    # -- gather / free
-    # ------------------------------------------------------------------------------------
+    # -- gather / free -------------------------------------------------------------
 
     def _gather(self, unit, async_op=False):
         if not unit.gathered:
@@ -255,16 +260,17 @@ class ShardedModel(nn.Module):
         unit.gathered = False
 
     def _run(self, unit, phase):
-        """Gather ``unit`` now and, with prefetching, start gathering the one that ran
-        after it last step."""
+        """Gather ``unit`` now and, with prefetching, start gathering the next one.
+
+        The next one is the unit that ran after ``unit`` in the last step.
+        """
         self._gather(unit)
         self._seen[phase].append(unit)
         order = self._order[phase]
         if self.prefetch and unit in order and order.index(unit) + 1 < len(order):
             self._gather(order[order.index(unit) + 1], async_op=True)
 
-    # -- forward
-    # ------------------------------------------------------------------------------------------
+    # -- forward -------------------------------------------------------------------
 
     def _pre_forward(self, unit):
         if unit is self.units[0]:  # the root: a new forward begins
@@ -285,8 +291,7 @@ class ShardedModel(nn.Module):
                     t.register_hook(lambda grad, unit=unit: self._pre_backward(unit))
         return output
 
-    # -- backward
-    # -----------------------------------------------------------------------------------------
+    # -- backward ------------------------------------------------------------------
 
     def _pre_backward(self, unit):
         if not self._backward_running:  # the first unit of this backward
@@ -298,8 +303,10 @@ class ShardedModel(nn.Module):
             self._run(unit, "backward")
 
     def _post_backward(self, unit, flat):
-        """``flat``'s gradient is complete: reduce-scatter it, free the full
-        gradient and, when the unit is done, the unit."""
+        """``flat``'s gradient is complete: reduce-scatter it, free the full gradient.
+
+        When the unit is done, free the unit too.
+        """
         self._wait_in_flight()
         received = torch.empty_like(flat.shard)
         work = comm.reduce_scatter_tensor(
@@ -340,12 +347,14 @@ class ShardedModel(nn.Module):
         self._order["backward"] = self._seen["backward"]
         self._backward_running = False
 
-    # -- the whole model, for checks and checkpoints
-    # --------------------------------------------------------
+    # -- the whole model, for checks and checkpoints -------------------------------
 
     @torch.no_grad()
     def full_parameters(self):
-        """``{name: full tensor}`` for every parameter, gathered on every rank (a copy)."""
+        """``{name: full tensor}`` for every parameter, gathered on every rank.
+
+        The tensors are copies.
+        """
         full = {}
         for unit in self.units:
             for flat in unit.flats:
@@ -363,8 +372,10 @@ class ShardedModel(nn.Module):
 
 
 def _tensors(output):
-    """Every tensor inside a module's output (a tensor, or tuples, lists and dicts of
-    them)."""
+    """Every tensor inside a module's output.
+
+    The output is a tensor, or tuples, lists and dicts of them.
+    """
     if torch.is_tensor(output):
         yield output
     elif isinstance(output, (tuple, list)):

@@ -1,32 +1,35 @@
 """Sphinx extension with the site-wide fixes the book needs (loaded from _config.yml).
 
-* Sphinx 7.4 lists an inline script twice on every page when an extension adds
-  it after the builder started (sphinx-thebe does: ``const THEBE_JS_URL = ...``),
-  and the second ``const`` declaration is a JavaScript error on every page. We
-  drop repeated scripts from each page's context, keeping the first.
+* Sphinx 7.4 lists an inline script twice on every page when an extension
+  adds it after the builder started (sphinx-thebe does:
+  ``const THEBE_JS_URL = ...``), and the second ``const`` declaration is a
+  JavaScript error on every page. We drop repeated scripts from each page's
+  context, keeping the first.
 * The ipywidgets manager (``_static/widgets/embed-amd.js``) is only needed
   where a widget view is on the page. A chapter's live figures show their
-  static twin instead (``mylib.figures.livefig``), so on most pages the manager, its
-  require.js and the saved widget state are dead weight: we drop them.
+  static twin instead (``mylib.figures.livefig``), so on most pages the
+  manager, its require.js and the saved widget state are dead weight: we
+  drop them.
 * Where a widget view is shown, the manager fetches its icon fonts from a path
   derived from its AMD module name, relative to the *page*
   (``notebooks/@jupyter-widgets/html-manager/dist/<hash>.woff2``), which does
-  not exist. require.js ``paths``, set before require.js loads, map those
-  names to ``_static/widgets/``, where ``book/vendor.sh`` puts the fonts.
+  not exist. require.js ``paths``, set before require.js loads, map those names
+  to ``_static/widgets/``, where ``book/vendor.sh`` puts the fonts.
 """
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
-# A global ``require`` object defined before require.js loads is its configuration.
-# data-content_root on <html> is the relative path from this page to the site root.
-# Each module's assets resolve against the folder of its require.js URL: map the module
-# names so that every such folder is _static/widgets/ ('@jupyter-widgets/controls' ->
-# _static/widgets/controls.js; '.../html-manager/dist/libembed-amd' ->
-# _static/widgets/libembed-amd.js).
+# A global ``require`` object defined before require.js loads is its
+# configuration. data-content_root on <html> is the relative path from this
+# page to the site root. Each module's assets resolve against the folder of its
+# require.js URL: map the module names so that every such folder is
+# _static/widgets/ ('@jupyter-widgets/controls' -> _static/widgets/controls.js;
+# '.../html-manager/dist/libembed-amd' -> _static/widgets/libembed-amd.js).
 REQUIREJS_CONFIG_JS = (
-    "(function () { var w = new URL('_static/widgets', new URL(document.documentElement.dataset.content_root"
-    " || './', document.baseURI)).href; window.require = {paths: {'@jupyter-widgets': w, "
+    "(function () { var w = new URL('_static/widgets', "
+    "new URL(document.documentElement.dataset.content_root || './', "
+    "document.baseURI)).href; window.require = {paths: {'@jupyter-widgets': w, "
     "'@jupyter-widgets/html-manager/dist': w}}; })();"
 )
 
@@ -48,8 +51,10 @@ def _is_widget_script(script):
 
 
 def drop_repeated_scripts(scripts):
-    """Keep the first of scripts that have the same file and attributes (inline body
-    included)."""
+    """Keep the first of scripts that have the same file and attributes.
+
+    An inline script's body counts too.
+    """
     seen, unique = set(), []
     for script in scripts:
         key = _script_key(script)
@@ -60,17 +65,15 @@ def drop_repeated_scripts(scripts):
 
 
 def fix_page_scripts(app, pagename, templatename, context, doctree):
-    """Runs after myst-nb added its scripts to the page (this handler's priority is
-    later)."""
+    """Runs after myst-nb added its scripts to the page (its priority is later)."""
     scripts = context.get("script_files")
     if not scripts:
         return
     drop_repeated_scripts(scripts)
     if any(_is_widget_script(s) for s in scripts):
         if WIDGET_VIEW in context.get("body", ""):
-            app.add_js_file(
-                None, body=REQUIREJS_CONFIG_JS, priority=450
-            )  # before require.js (500)
+            # before require.js (500)
+            app.add_js_file(None, body=REQUIREJS_CONFIG_JS, priority=450)
         else:
             scripts[:] = [s for s in scripts if not _is_widget_script(s)]
 

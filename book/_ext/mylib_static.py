@@ -1,15 +1,15 @@
-"""Sphinx extension: ship mylib's standard-library modules with the site, for the
-interactive figures.
+"""Sphinx extension: ship mylib's standard-library modules for the interactive figures.
 
 The static site redraws figures with the book's own Python running in the
 page (Pyodide). This extension
 
 * copies every mylib module that imports only the standard library (and
-  other such modules; see ``mylib/figures/browser.py``) into ``_static/mylib/`` of the
-  built HTML, at build time, so the one source in ``mylib/`` is what the page
-  runs and nothing is copied into git;
-* adds ``_static/livefig.js`` and ``_static/livefig.css`` (from ``book/_static``)
-  to every page; the script does nothing on pages without a live figure.
+  other such modules; see ``mylib/figures/browser.py``) into
+  ``_static/mylib/`` of the built HTML, at build time, so the one source in
+  ``mylib/`` is what the page runs and nothing is copied into git;
+* adds ``_static/livefig.js`` and ``_static/livefig.css`` (from
+  ``book/_static``) to every page; the script does nothing on pages without
+  a live figure.
 
 Enabled in ``_config.yml``: ``sphinx: local_extensions: {mylib_static: book/_ext}``.
 """
@@ -27,8 +27,8 @@ MYLIB = os.path.join(ROOT, "mylib")
 
 
 def _browser_module():
-    # Load mylib/figures/browser.py by path: importing the mylib package would import
-    # torch.
+    # Load mylib/figures/browser.py by path: importing the mylib package would
+    # import torch.
     path = os.path.join(MYLIB, "figures", "browser.py")
     spec = importlib.util.spec_from_file_location("_mylib_browser", path)
     module = importlib.util.module_from_spec(spec)
@@ -37,7 +37,7 @@ def _browser_module():
 
 
 def copy_mylib(app, exception):
-    """After an HTML build, put the browser-safe mylib modules into ``_static/mylib/``."""
+    """After an HTML build, put the browser-safe mylib modules in ``_static/mylib/``."""
     if exception is not None or app.builder.format != "html":
         return
     dest = os.path.join(app.outdir, "_static", "mylib")
@@ -52,10 +52,12 @@ def copy_mylib(app, exception):
     # The browser's mylib is a bare package: its real __init__ imports torch.
     with open(os.path.join(dest, "__init__.py"), "w", encoding="utf-8") as f:
         f.write(
-            '"""mylib in the browser: only its standard-library modules (copied by book/_ext/mylib_static.py)."""\n'
+            '"""mylib in the browser: only its standard-library modules '
+            '(copied by book/_ext/mylib_static.py)."""\n'
         )
     logger.info(
-        f"mylib_static: copied {len(names)} mylib modules to _static/mylib: {', '.join(names)}"
+        f"mylib_static: copied {len(names)} mylib modules to _static/mylib: "
+        f"{', '.join(names)}"
     )
 
 

@@ -4,17 +4,18 @@ One source: the page lists the exercises from the same metadata the judge
 reads (``practice/_judge/catalog.py``), so a new exercise appears in the
 judge's table and in the book at once.
 
-* ``source-read``: in ``book/practice.md`` the line ``<!-- practice-exercises -->``
-  becomes a table of every exercise and one section per exercise (its
-  statement, its chapter, its difficulty), each with the label
-  ``practice-<slug>`` (e.g. ``practice-assign-buckets``) that chapters use to
-  link their graded exercises: ``{ref}`practice-assign-buckets```.
-  Exercises that need only the standard library get an editor and a Grade
-  button; the others say how to grade them locally.
-* ``build-finished``: writes ``_static/practice/bundle.json``: the judge's
-  standard-library modules and each browser exercise's checks, starter and
-  hints, which ``_static/practice.js`` and ``practice-worker.js`` run in
-  Pyodide.
+* ``source-read``: in ``book/practice.md`` the line
+  ``<!-- practice-exercises -->`` becomes a table of every exercise and one
+  section per exercise (its statement, its chapter, its difficulty), each
+  with the label ``practice-<slug>`` (e.g. ``practice-assign-buckets``) that
+  chapters use to link their graded exercises:
+  ``{ref}`practice-assign-buckets```. Exercises that need only the standard
+  library get an editor and a Grade button; the others say how to grade them
+  locally.
+* ``build-finished``: writes ``_static/practice/bundle.json``: the
+  judge's standard-library modules and each browser exercise's checks,
+  starter and hints, which ``_static/practice.js`` and
+  ``practice-worker.js`` run in Pyodide.
 
 Enabled in ``_config.yml``: ``sphinx: local_extensions: {practice_page: book/_ext/}``.
 """
@@ -59,14 +60,16 @@ def _chapter_doc(app, chapter):
 
 
 def _statement(ex):
-    """The README, without its title and the line about the practice page, its headings
-    as rubrics."""
+    """The README, without its title and the line about the practice page.
+
+    Its headings become rubrics.
+    """
     with open(ex.path("README.md"), encoding="utf-8") as f:
         lines = f.read().splitlines()
     if lines and lines[0].startswith("# "):
         lines = lines[1:]
-    # Sub-headings become rubrics: visible, but not thirteen times three entries in the
-    # page's contents.
+    # Sub-headings become rubrics: visible, but not thirteen times three entries
+    # in the page's contents.
     text = "\n".join(
         f":::{{rubric}} {line.lstrip('#').strip()}\n:::"
         if re.match(r"#{2,5} ", line)
@@ -86,14 +89,18 @@ def _editor(ex):
     return "\n".join(
         [
             "```{raw} html",
-            f'<div class="practice-editor" data-exercise="{ex.id}" data-number="{ex.number}">',
-            f'<label class="practice-label" for="practice-code-{ex.number}">Your solution (kept in this browser)</label>',
-            f'<textarea id="practice-code-{ex.number}" class="practice-code" spellcheck="false" wrap="off" rows="18">'
+            f'<div class="practice-editor" data-exercise="{ex.id}" '
+            f'data-number="{ex.number}">',
+            f'<label class="practice-label" for="practice-code-{ex.number}">'
+            "Your solution (kept in this browser)</label>",
+            f'<textarea id="practice-code-{ex.number}" class="practice-code" '
+            'spellcheck="false" wrap="off" rows="18">'
             f"{html.escape(starter)}</textarea>",
             '<div class="practice-buttons">',
             '<button type="button" class="practice-grade">Grade</button>',
             '<button type="button" class="practice-hint">Hint</button>',
-            '<button type="button" class="practice-reset">Reset to the starter</button>',
+            '<button type="button" class="practice-reset">'
+            "Reset to the starter</button>",
             '<span class="practice-status" aria-live="polite"></span>',
             "</div>",
             '<div class="practice-hints"></div>',
@@ -109,23 +116,28 @@ def _local_note(ex):
         [
             ":::{admonition} Graded on your machine",
             ":class: tip",
-            f"This exercise runs on several `torch.distributed` ranks, so the judge grades it locally: "
-            f"edit `practice/workspace/{ex.id}.py` (created from the starter on first use) and run "
-            f"`python practice/judge.py {ex.number}`. Hints: `python practice/judge.py hint {ex.number}`.",
+            "This exercise runs on several `torch.distributed` ranks, so the judge "
+            f"grades it locally: edit `practice/workspace/{ex.id}.py` (created from "
+            "the starter on first use) and run "
+            f"`python practice/judge.py {ex.number}`. "
+            f"Hints: `python practice/judge.py hint {ex.number}`.",
             ":::",
         ]
     )
 
 
 def render(app):
-    """The Markdown (MyST) that replaces the marker: a table, then one section per
-    exercise."""
+    """The Markdown (MyST) that replaces the marker.
+
+    A table, then one section per exercise.
+    """
     exercises = _catalog().load_exercises()
     out = ["| # | exercise | chapter | difficulty | graded |", "|---|---|---|---|---|"]
     for ex in exercises:
         where = "in this page or locally" if ex.browser else "locally (ranks)"
         out.append(
-            f"| {ex.number} | {{ref}}`{ex.title} <{ex.label}>` | {ex.chapter} | {ex.difficulty} | {where} |"
+            f"| {ex.number} | {{ref}}`{ex.title} <{ex.label}>` | {ex.chapter} "
+            f"| {ex.difficulty} | {where} |"
         )
     out.append("")
     for ex in exercises:
@@ -200,8 +212,10 @@ def write_bundle(app, exception):
 
 
 def always_reread(app, env, added, changed, removed):
-    """Re-read the practice page on every build: a new exercise folder is no file it
-    depends on yet."""
+    """Re-read the practice page on every build.
+
+    A new exercise folder is no file it depends on yet.
+    """
     return [PAGE] if PAGE in env.found_docs else []
 
 

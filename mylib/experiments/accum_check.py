@@ -40,13 +40,13 @@ def make_model(seed=0, dtype=torch.float64):
 
 
 def my_micro_batches(x, y, micro_steps):
-    """This rank's equal share of a global batch, cut into ``micro_steps`` equal
-    micro-batches."""
+    """This rank's equal share of the batch, as ``micro_steps`` equal micro-batches."""
     rank, world = dist.get_rank(), dist.get_world_size()
     if len(x) % (world * micro_steps):
         raise ValueError(
-            f"a global batch of {len(x)} rows does not split into {world} ranks x {micro_steps} "
-            "equal micro-batches; equal shares are what make the average the whole-batch gradient"
+            f"a global batch of {len(x)} rows does not split into {world} ranks "
+            f"x {micro_steps} equal micro-batches; equal shares are what make the "
+            "average the whole-batch gradient"
         )
     return list(
         zip(
@@ -59,22 +59,22 @@ def my_micro_batches(x, y, micro_steps):
 def accumulate(
     model, micro_batches, scaling="divide_loss", sync_every_micro_step=False
 ):
-    """Backward over ``micro_batches`` for one optimizer step; afterwards ``p.grad`` is
-    averaged over ranks.
+    """Backward over ``micro_batches`` for one optimizer step.
 
-    The first ``m - 1`` backward passes run inside ``model.no_sync()``
-    (unless ``sync_every_micro_step``: then every one is all-reduced).
-    ``scaling`` is ``divide_loss`` (each micro-step's loss / m),
-    ``divide_grad`` (the summed gradient / m at the end) or ``none`` (the
-    bug: a gradient m times too large). ``model`` is a MyDDP or PyTorch's DDP.
+    Afterwards ``p.grad`` is averaged over ranks. The first ``m - 1`` backward
+    passes run inside ``model.no_sync()`` (unless ``sync_every_micro_step``:
+    then every one is all-reduced). ``scaling`` is ``divide_loss`` (each
+    micro-step's loss / m), ``divide_grad`` (the summed gradient / m at the
+    end) or ``none`` (the bug: a gradient m times too large). ``model`` is a
+    MyDDP or PyTorch's DDP.
     """
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
     m = len(micro_batches)
     for i, (x, y) in enumerate(micro_batches):
         sync = sync_every_micro_step or i == m - 1
-        # The forward goes inside too: PyTorch's DDP decides at forward time whether the
-        # backward syncs.
+        # The forward goes inside too: PyTorch's DDP decides at forward time
+        # whether the backward syncs.
         with contextlib.nullcontext() if sync else model.no_sync():
             loss = F.mse_loss(model(x), y)
             if scaling == "divide_loss":
@@ -155,8 +155,7 @@ def accumulation_three_ways(
 
 
 def bytes_per_optimizer_step(micro_steps, bucket_cap_mb=0.002, micro_batch=2):
-    """On every rank: bytes sent and all-reduces per optimizer step, with and without
-    no_sync.
+    """On every rank: bytes sent and all-reduces per optimizer step, no_sync or not.
 
     Returns a dict: ``grad_bytes``, ``buckets``, and for ``no_sync`` and
     ``every_micro_step`` the bytes sent, the all-reduce calls, and the
@@ -194,14 +193,13 @@ def bytes_per_optimizer_step(micro_steps, bucket_cap_mb=0.002, micro_batch=2):
 
 
 def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
-    """On every rank: each scaling's gradient against the whole batch's, and where SGD
-    and Adam end up.
+    """On every rank: what each loss scaling does to the gradient, to SGD and to Adam.
 
     Returns ``{scaling: {"grad_ratio", "grad_diff", "sgd_diff", "adam_diff"}}``:
     the ratio of gradient norms (accumulated / whole batch) and the largest
     gradient difference on the first step, and the largest parameter
-    difference from whole-batch training after ``steps`` steps of SGD and of
-    Adam.
+    difference from whole-batch training after ``steps`` steps of SGD and
+    of Adam.
     """
     world = dist.get_world_size()
     batches = global_batches(

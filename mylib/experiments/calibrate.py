@@ -1,5 +1,4 @@
-"""Model against measurement: calibrate the timeline model on this machine, trace real
-MyDDP steps.
+"""Model against measurement: calibrate the timeline model here, trace real MyDDP steps.
 
 :func:`trace_caps` runs on every rank (inside :func:`mylib.run_ranks`), in
 rounds. Each round first measures the model's inputs, then runs one MyDDP
@@ -8,18 +7,19 @@ within the same second (on a shared machine the speed drifts between rounds):
 
 1. each layer's backward alone, with no communication
    (:func:`mylib.tracer.time_layers`);
-2. all-reduces of the sizes the buckets can have, from 4 KB to the whole model, and
-   alpha and beta fitted to them (:func:`link_sizes_for`,
+2. all-reduces of the sizes the buckets can have, from 4 KB to the whole
+   model, and alpha and beta fitted to them (:func:`link_sizes_for`,
    :func:`mylib.experiments.commbench.time_all_reduce`,
    :func:`mylib.models.costmodel.alpha_beta_from_ends`);
-3. how much compute and communication slow each other down when they run together
-   (:func:`measure_contention`);
-4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its own copy of
-   the model wrapped in MyDDP.
+3. how much compute and communication slow each other down when they run
+   together (:func:`measure_contention`);
+4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its
+   own copy of the model wrapped in MyDDP.
 
-:func:`compare` feeds each round's inputs to the model (:mod:`mylib.models.timeline`)
-and sets its step time against that round's measured step. Both sides are
-Timelines: ``draw_timelines([model, measured])`` puts one above the other.
+:func:`compare` feeds each round's inputs to the model
+(:mod:`mylib.models.timeline`) and sets its step time against that round's
+measured step. Both sides are Timelines:
+``draw_timelines([model, measured])`` puts one above the other.
 """
 
 import copy
@@ -38,9 +38,8 @@ from mylib.models.buckets import MB
 from mylib.models.costmodel import alpha_beta_from_ends
 from mylib.tracer import Tracer, time_layers
 
-ALL_AT_END = (
-    "all at end"  # a cap meaning: one bucket, launched when the backward is over
-)
+# a cap meaning: one bucket, launched when the backward is over
+ALL_AT_END = "all at end"
 
 
 def _gradient_bytes(model):
@@ -57,8 +56,7 @@ def _ddp_for(model, cap):
 
 
 def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
-    """On every rank: how much a backward and all-reduces slow each other down when they
-    run together.
+    """On every rank: how much a backward and all-reduces at once slow each other down.
 
     Runs the backward alone (``C`` seconds), ``k`` all-reduces of ``nbytes``
     queued back to back alone (``M`` seconds, ``k`` chosen so that ``M`` is
@@ -112,9 +110,8 @@ def measure_contention(loss_fn, parameters, nbytes=4 * MB, repeats=3):
         comm_end = time.perf_counter() - start
         if compute_end >= comm_end:  # the all-reduces ran alongside compute all along
             s = comm_end / comm_s
-            alone = (
-                compute_end - comm_end
-            )  # compute's time alone did that much of its work
+            # compute's time alone did that much of its work
+            alone = compute_end - comm_end
             c = comm_end / (compute_s - alone) if compute_s > alone else 1.0
         else:  # compute ran alongside the all-reduces all along
             c = compute_end / compute_s
@@ -163,30 +160,25 @@ def slowest_rank_layers(model, forward, repeats=5):
 
 
 def link_sizes_for(model):
-    """All-reduce sizes to calibrate the link on: powers of two from 4 KB to the model's
-    gradient bytes.
+    """Link calibration sizes: powers of two from 4 KB to the model's gradient bytes.
 
     A bucket holds anything from one bias to the whole model, so the link is
-    measured over that whole range, and no further: on a CPU the time per
-    byte changes with size (small buffers stay in cache), and a line fitted
-    to sizes the step never sends would be wrong where the step spends its
-    time.
+    measured over that whole range, and no further: on a CPU the time per byte
+    changes with size (small buffers stay in cache), and a line fitted to sizes
+    the step never sends would be wrong where the step spends its time.
     """
-    return [
-        2**k for k in range(12, max(14, _gradient_bytes(model).bit_length()))
-    ]  # at least two sizes, to fit two constants
+    # at least two sizes, to fit two constants
+    return [2**k for k in range(12, max(14, _gradient_bytes(model).bit_length()))]
 
 
 def _average(tensor):
-    """What MyDDP's default hook does to a bucket: divide by the world size, then
-    all-reduce."""
+    """MyDDP's default hook on a bucket: divide by the world size, then all-reduce."""
     tensor.div_(dist.get_world_size())
     dist.all_reduce(tensor)
 
 
 def calibration_round(model, forward, link_sizes=None):
-    """The model's inputs, measured now on every rank: layers, alpha and beta,
-    contention.
+    """The model's inputs, measured now on every rank: layers, alpha, beta, contention.
 
     Every quantity is the median of a few runs: a typical run, as the traced
     steps are (on an idle machine it is also the fastest). A step waits for
@@ -194,9 +186,9 @@ def calibration_round(model, forward, link_sizes=None):
     longest (:func:`slowest_rank_layers`). The link is timed as MyDDP uses
     it (divide, then all-reduce) on ``link_sizes`` (default
     :func:`link_sizes_for`); alpha is read off the smallest sizes and beta
-    off the largest (:func:`mylib.models.costmodel.alpha_beta_from_ends`), because
-    on a CPU no one line fits them all and the step's time goes to the big
-    buckets; the timings themselves are kept too (``link_sizes``,
+    off the largest (:func:`mylib.models.costmodel.alpha_beta_from_ends`),
+    because on a CPU no one line fits them all and the step's time goes to
+    the big buckets; the timings themselves are kept too (``link_sizes``,
     ``link_seconds``), to plot or re-fit. The rest are rank 0's values.
     """
     link_sizes = link_sizes_for(model) if link_sizes is None else link_sizes
@@ -223,8 +215,10 @@ def calibration_round(model, forward, link_sizes=None):
 
 
 def traced_step(ddp, forward, tracer, name):
-    """One MyDDP step (forward, backward, finish_gradient_sync) and its measured
-    Timeline, from backward start."""
+    """One MyDDP step and its measured Timeline, from backward start.
+
+    The step is forward, backward, finish_gradient_sync.
+    """
     for p in ddp.parameters():
         if p.grad is not None:
             p.grad.zero_()  # in place: .grad stays a view of its bucket
@@ -240,11 +234,11 @@ def traced_step(ddp, forward, tracer, name):
 
 def trace_caps(model, batch, caps_mb, rounds=5, warmup=1, link_sizes=None):
     """On every rank: ``rounds`` x (calibrate the model, trace one MyDDP step per cap).
-    Rank 0's results.
 
     ``model`` is the same module on every rank and ``batch`` this rank's
     ``(x, y)`` for a mean-squared-error loss. Returns ``{"caps": caps_mb,
     "rounds": [{"calibration": ..., "measured": {cap: Timeline}}, ...]}``.
+    The results are rank 0's.
     """
     x, y = batch
     loss_fn = nn.MSELoss()
@@ -277,8 +271,10 @@ def cap_label(cap):
 
 
 def model_for(calibration, cap, contention=True):
-    """The model's Timeline for ``cap`` from one round's calibration
-    (``contention=False``: stretches of 1)."""
+    """The model's Timeline for ``cap`` from one round's calibration.
+
+    With ``contention=False`` both stretches are 1.
+    """
     stretch = (
         (calibration["comm_stretch"], calibration["compute_stretch"])
         if contention
@@ -297,11 +293,11 @@ def model_for(calibration, cap, contention=True):
 
 
 def compare(result, contention=True):
-    """Per cap, medians over rounds: model step, measured step, relative error; and each
-    side's best cap.
+    """Per cap, medians over rounds: model step, measured step, relative error.
 
-    The error of a round is (model - measured) / measured, the model fed with
-    that round's own calibration.
+    Also returns each side's best cap. The error of a round is
+    (model - measured) / measured, the model fed with that round's own
+    calibration.
     """
     rows = []
     for cap in result["caps"]:
@@ -325,19 +321,22 @@ def compare(result, contention=True):
 
 
 def cost_of_model_choice(rows, best_model, best_measured):
-    """How much longer the measured step is at the model's best cap than at the measured
-    best (0: same cap).
+    """What the model's choice of cap costs in measured step time.
 
-    When several caps are within noise of each other, the two best caps can
-    differ while the model's choice costs next to nothing: this says which.
+    How much longer the measured step is at the model's best cap than at the
+    measured best (0: same cap). When several caps are within noise of each
+    other, the two best caps can differ while the model's choice costs next to
+    nothing: this says which.
     """
     measured = {row["cap"]: row["measured_s"] for row in rows}
     return measured[best_model] / measured[best_measured] - 1
 
 
 def backward_spread(result):
-    """``(min, median, max)`` of the calibrated backward time over rounds: how steady
-    the machine was."""
+    """``(min, median, max)`` of the calibrated backward time over rounds.
+
+    It shows how steady the machine was.
+    """
     totals = sorted(
         sum(layer.backward_s for layer in r["calibration"]["layers"])
         for r in result["rounds"]
@@ -355,8 +354,10 @@ def typical_round(result):
 
 
 def experiment(caps_mb, n_layers=8, width=1024, batch_size=64, rounds=5, warmup=1):
-    """The chapter's and the benchmark's run, on every rank: an MLP, this rank's batch,
-    :func:`trace_caps`."""
+    """The chapter's and the benchmark's run, on every rank.
+
+    It builds an MLP and this rank's batch, then runs :func:`trace_caps`.
+    """
     model = mlp([width] * (n_layers + 1))
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     x = torch.randn(batch_size, width, generator=generator)

@@ -25,8 +25,8 @@ import time
 import torch
 import torch.distributed as dist
 
-# 4 bytes to 32 MB, in factors of 2: from the latency-bound end to the bandwidth-bound
-# end.
+# 4 bytes to 32 MB, in factors of 2: from the latency-bound end to the
+# bandwidth-bound end.
 DEFAULT_SIZES = [2**k for k in range(2, 26)]
 
 _STATISTICS = {"min": min, "median": statistics.median}
@@ -67,13 +67,13 @@ def ping_pong(sizes_bytes=DEFAULT_SIZES, repeats=5, warmup=2, statistic="min"):
 def time_all_reduce(
     sizes_bytes=DEFAULT_SIZES, repeats=5, warmup=2, all_reduce=None, statistic="min"
 ):
-    """Seconds of an all-reduce of a float32 tensor of each size; every rank of the
-    group calls it.
+    """Seconds of an all-reduce of a float32 tensor of each size.
 
-    ``all_reduce(tensor)`` defaults to ``dist.all_reduce``. Ranks line up
-    at a barrier before each run, and a run lasts until the slowest rank is
-    done (the maximum over ranks), as in training, where a step waits for
-    the last rank. All ranks return the same list.
+    Every rank of the group calls it. ``all_reduce(tensor)`` defaults to
+    ``dist.all_reduce``. Ranks line up at a barrier before each run, and a
+    run lasts until the slowest rank is done (the maximum over ranks), as in
+    training, where a step waits for the last rank. All ranks return the
+    same list.
     """
     all_reduce = all_reduce or dist.all_reduce
     reduce = _statistic(statistic)
@@ -90,9 +90,8 @@ def time_all_reduce(
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
             if i >= warmup:
                 times.append(elapsed.item())
-            tensor.fill_(
-                1.0
-            )  # keep the values small: repeated sums would overflow to inf
+            # keep the values small: repeated sums would overflow to inf
+            tensor.fill_(1.0)
         results.append(reduce(times))
     return results
 
@@ -118,5 +117,6 @@ def _check_sizes(sizes_bytes, multiple):
     for size in sizes_bytes:
         if not isinstance(size, int) or size < multiple or size % multiple:
             raise ValueError(
-                f"sizes must be positive ints, multiples of {multiple} bytes; got {size!r}"
+                f"sizes must be positive ints, multiples of {multiple} bytes; "
+                f"got {size!r}"
             )

@@ -1,5 +1,4 @@
-"""The checks of chapter 5: mylib's compression hooks against PyTorch's, and their
-properties.
+"""Chapter 5's checks: mylib's compression hooks vs PyTorch's, and their properties.
 
 Chapter 5 and ``tests/test_comm_hooks.py`` / ``tests/test_powersgd.py`` run
 these functions, so what the book shows is what CI asserts. They run on
@@ -42,9 +41,9 @@ def _torch_hook(name, **powersgd):
         ), torch_powersgd.powerSGD_hook
     hook = getattr(default_hooks, f"{name}_compress_hook")
 
-    # DDP refuses a function *named* bf16_compress_hook unless NCCL >= 2.10 is there;
-    # gloo sums bf16
-    # fine, so DDP gets PyTorch's very function under another name.
+    # DDP refuses a function *named* bf16_compress_hook unless NCCL >= 2.10 is
+    # there; gloo sums bf16 fine, so DDP gets PyTorch's very function under
+    # another name.
     def pytorch_hook(state, bucket):
         return hook(state, bucket)
 
@@ -52,8 +51,10 @@ def _torch_hook(name, **powersgd):
 
 
 def my_hook(name, **powersgd):
-    """mylib's hook and its state, for ``name`` in fp16, bf16, powersgd (``powersgd``:
-    PowerSGDState's settings)."""
+    """mylib's hook and its state, for ``name`` in fp16, bf16, powersgd.
+
+    ``powersgd``: PowerSGDState's settings.
+    """
     if name == "powersgd":
         return PowerSGDState(None, **powersgd), powersgd_hook
     return None, HOOKS[name]
@@ -68,16 +69,16 @@ def hooks_against_pytorch(
     lr=0.1,
     **powersgd,
 ):
-    """On every rank: MyDDP + mylib's hook vs DDP + PyTorch's hook vs MyDDP + PyTorch's
-    hook (SGD, float32).
+    """On every rank: mylib's hook on MyDDP vs PyTorch's hook on DDP and on MyDDP.
 
-    ``name`` is fp16, bf16 or powersgd (``powersgd`` are PowerSGDState's
-    settings, the same for both). Returns rank 0's view: the largest
-    parameter difference to PyTorch's DDP and to PyTorch's hook on MyDDP
-    after every step, the bytes MyDDP sent per step with this hook and with
-    the default fp32 all-reduce, and (fp16/bf16) the first step's rounding
-    error of MyDDP's and of DDP's averaged gradient, in units of the format's
-    rounding (see :func:`mylib.comm_hooks.rounding_error_in_units`).
+    The models train with SGD in float32. ``name`` is fp16, bf16 or powersgd
+    (``powersgd`` are PowerSGDState's settings, the same for both). Returns
+    rank 0's view: the largest parameter difference to PyTorch's DDP and to
+    PyTorch's hook on MyDDP after every step, the bytes MyDDP sent per step
+    with this hook and with the default fp32 all-reduce, and (fp16/bf16) the
+    first step's rounding error of MyDDP's and of DDP's averaged gradient, in
+    units of the format's rounding (see
+    :func:`mylib.comm_hooks.rounding_error_in_units`).
 
     PyTorch's hook on MyDDP gets the very same bucket, so it must agree to
     the bit. PyTorch's DDP orders its bucket by the order gradients arrived
@@ -114,9 +115,8 @@ def hooks_against_pytorch(
             torch.randn(per_rank * world, sizes[-1], generator=g),
         )
         xs, ys = x.chunk(world)[rank], y.chunk(world)[rank]
-        if (
-            step == 0 and name in WIRE_DTYPES
-        ):  # every rank's own gradient, for the exact average
+        if step == 0 and name in WIRE_DTYPES:
+            # every rank's own gradient, for the exact average
             local = mlp(sizes, seed=0)
             local.load_state_dict(mine.module.state_dict())
             F.mse_loss(local(xs), ys).backward()
@@ -150,12 +150,12 @@ def hooks_against_pytorch(
 
 
 def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
-    """On every rank: mylib's bf16 and PowerSGD hooks on PyTorch's DDP and on MyDDP, the
-    same steps.
+    """On every rank: mylib's bf16 and PowerSGD hooks on PyTorch's DDP and on MyDDP.
 
-    The contract is PyTorch's, so PyTorch's DDP runs mylib's hooks as they
-    are. Returns the largest parameter difference between the two wrappers
-    after ``steps`` SGD steps, per hook (one bucket each).
+    Both wrappers take the same steps. The contract is PyTorch's, so
+    PyTorch's DDP runs mylib's hooks as they are. Returns the largest
+    parameter difference between the two wrappers after ``steps`` SGD steps,
+    per hook (one bucket each).
     """
     out = {}
     for name, settings in (
@@ -168,8 +168,8 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
         ]
         for model in models:
             state, hook = my_hook(name, **settings)
-            # DDP checks a hook's parameter names (state, bucket), and refuses one named
-            # bf16_compress_hook on gloo.
+            # DDP checks a hook's parameter names (state, bucket), and refuses one
+            # named bf16_compress_hook on gloo.
             model.register_comm_hook(
                 state, lambda state, bucket, hook=hook: hook(state, bucket)
             )
@@ -188,11 +188,11 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
 
 
 def through_each_hook(scale):
-    """On every rank: a gradient of ``scale x (rank + 1)`` averaged by fp32, fp16 and
-    bf16 hooks (one number each).
+    """On every rank: a gradient through the fp32, fp16 and bf16 hooks, one number each.
 
-    Shows the formats' ranges: fp16 flushes what is below its smallest
-    subnormal (6e-8) to zero and overflows above 65504; bf16 has fp32's range.
+    The gradient is ``scale x (rank + 1)``, averaged by each hook. Shows the
+    formats' ranges: fp16 flushes what is below its smallest subnormal (6e-8)
+    to zero and overflows above 65504; bf16 has fp32's range.
     """
     out = {}
     for name, hook in (
@@ -233,9 +233,8 @@ def error_feedback_ledger(steps=8, rank=1):
         model.finish_gradient_sync()
         local.load_state_dict(model.module.state_dict())
         local(x).pow(2).sum().backward()
-        applied = (
-            applied + model.buckets[0].flat.clone()
-        )  # the bucket holds bias, then weight (backward order)
+        # the bucket holds bias, then weight (backward order)
+        applied = applied + model.buckets[0].flat.clone()
         own = own + torch.cat([local.bias.grad, local.weight.grad.flatten()])
     return (
         applied - (own - state.error_dict[0])

@@ -1,13 +1,13 @@
-"""What compression does to training: a real small task, trained with each hook (chapter
-5).
+"""Chapter 5: what compression does to training, on a real small task with each hook.
 
 The task: predict the next character of the Python Language Reference (the
 text every Python ships as ``pydoc_data.topics``) from the characters before
-it, with a small MLP, on every rank of a process group. :func:`compare_training`
-runs the chapter's table (:data:`RUNS`): the loss curve, the held-out loss
-and the bytes per step of each hook; ``tests/test_powersgd.py`` asserts the
-chapter's claims on the same runs. :func:`gradient_spectrum` shows how close
-to low rank this model's gradients are, the bet PowerSGD makes.
+it, with a small MLP, on every rank of a process group.
+:func:`compare_training` runs the chapter's table (:data:`RUNS`): the loss
+curve, the held-out loss and the bytes per step of each hook;
+``tests/test_powersgd.py`` asserts the chapter's claims on the same runs.
+:func:`gradient_spectrum` shows how close to low rank this model's gradients
+are, the bet PowerSGD makes.
 """
 
 import time
@@ -33,8 +33,10 @@ CHAR_TASK = dict(
     eval_positions=2048,
     seed=0,
 )
-"""The chapter's convergence run: 300 Adam steps on 2 ranks, 32 windows of 16 characters
-per rank and step."""
+"""The chapter's convergence run: 300 Adam steps on 2 ranks.
+
+Each rank takes 32 windows of 16 characters per step.
+"""
 
 POWERSGD = dict(start_powerSGD_iter=10)  # 10 plain steps first, then low rank
 RUNS = [
@@ -61,21 +63,25 @@ RUNS = [
         **POWERSGD,
     ),
 ]
-"""The runs of the chapter's table; rank 4 runs 150 steps longer, to see when it reaches
-fp32's loss."""
+"""The runs of the chapter's table.
+
+PowerSGD rank 4 runs 150 steps longer, to see when it reaches fp32's loss.
+"""
 
 
 def corpus():
-    """Training and held-out character ids, and the vocabulary size (printable ASCII,
-    newline, one id for the rest)."""
+    """Training and held-out character ids, and the vocabulary size.
+
+    The vocabulary: printable ASCII, newline, one id for the rest.
+    """
     from pydoc_data.topics import topics
 
     text = "".join(topics[key] for key in sorted(topics))
     alphabet = ["\n"] + [chr(c) for c in range(32, 127)]
     index = {c: i for i, c in enumerate(alphabet)}
     ids = torch.tensor([index.get(c, len(alphabet)) for c in text], dtype=torch.long)
-    # Every tenth block of 2,000 characters is held out, so both parts mix all the
-    # topics.
+    # Every tenth block of 2,000 characters is held out, so both parts mix all
+    # the topics.
     blocks = ids.split(2000)
     train = torch.cat([b for i, b in enumerate(blocks) if i % 10 != 9])
     held_out = torch.cat([b for i, b in enumerate(blocks) if i % 10 == 9])
@@ -83,8 +89,10 @@ def corpus():
 
 
 class CharMLP(nn.Module):
-    """Next character from the ``context`` previous ones: embed, concatenate, two hidden
-    layers, logits."""
+    """Next character from the ``context`` previous ones.
+
+    Embed, concatenate, two hidden layers, logits.
+    """
 
     def __init__(self, vocab, context, dim, hidden):
         super().__init__()
@@ -102,22 +110,24 @@ class CharMLP(nn.Module):
 
 
 def _windows(ids, starts, context):
-    """Inputs (the ``context`` characters from each start) and targets (the character
-    after them)."""
+    """Inputs and targets of the windows at ``starts``.
+
+    Inputs are the ``context`` characters from each start, targets the
+    character after them.
+    """
     offsets = torch.arange(context)
     return ids[starts[:, None] + offsets], ids[starts + context]
 
 
 def train_char_model(hook="none", config=CHAR_TASK, **powersgd):
-    """On every rank: train the character model with ``hook`` (none, fp16, bf16 or
-    powersgd).
+    """On every rank: train the character model with ``hook``.
 
-    Every rank draws its own random windows of the training text (seeded by
-    rank and step), so the ranks see different data, as in data-parallel
-    training. Returns rank 0's: the training loss of every step (averaged
-    over ranks), the held-out loss every ``eval_every`` steps (the same
-    windows for every hook), the bytes this rank sent per step, the
-    gradient bytes, and the seconds of the whole run.
+    ``hook`` is none, fp16, bf16 or powersgd. Every rank draws its own random
+    windows of the training text (seeded by rank and step), so the ranks see
+    different data, as in data-parallel training. Returns rank 0's: the
+    training loss of every step (averaged over ranks), the held-out loss every
+    ``eval_every`` steps (the same windows for every hook), the bytes this rank
+    sent per step, the gradient bytes, and the seconds of the whole run.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     c = config
@@ -168,9 +178,8 @@ def train_char_model(hook="none", config=CHAR_TASK, **powersgd):
         opt.step()
         out["bytes"].append(stats.bytes_sent)
         mean_loss = loss.detach().clone()
-        dist.all_reduce(
-            mean_loss
-        )  # for the curve only: not counted as the training's traffic
+        # for the curve only: not counted as the training's traffic
+        dist.all_reduce(mean_loss)
         out["loss"].append(mean_loss.item() / world)
     out["seconds"] = time.perf_counter() - start
     if hook == "powersgd":
@@ -179,10 +188,10 @@ def train_char_model(hook="none", config=CHAR_TASK, **powersgd):
 
 
 def compare_training(runs=RUNS, config=CHAR_TASK):
-    """On every rank: :func:`train_char_model` for each run (a dict: label, hook,
-    optional steps, PowerSGD settings).
+    """On every rank: :func:`train_char_model` for each run.
 
-    One launch for all the runs; returns ``{label: result}`` in order.
+    A run is a dict: label, hook, optional steps, PowerSGD settings. One launch
+    for all the runs; returns ``{label: result}`` in order.
     """
     results = {}
     for run in runs:
@@ -196,8 +205,7 @@ def compare_training(runs=RUNS, config=CHAR_TASK):
 
 
 def steps_to_reach(result, target):
-    """The first evaluated step whose held-out loss is at or below ``target`` (None if
-    never)."""
+    """The first evaluated step with a held-out loss at or below ``target``, or None."""
     return next((step for step, loss in result["held_out"] if loss <= target), None)
 
 
@@ -207,11 +215,11 @@ def held_out_at(result, step):
 
 
 def gradient_spectrum(steps=100, config=CHAR_TASK):
-    """One process: train the character model ``steps`` Adam steps, then the singular
-    values of each weight's gradient.
+    """One process: singular values of the weight gradients after ``steps`` Adam steps.
 
-    Returns ``{name: singular values (descending)}`` for the 2-D weights:
-    how much of a real gradient a rank-r approximation can keep.
+    Trains the character model ``steps`` Adam steps first. Returns
+    ``{name: singular values (descending)}`` for the 2-D weights: how much of
+    a real gradient a rank-r approximation can keep.
     """
     c = config
     train, _, vocab = corpus()

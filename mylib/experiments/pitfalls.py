@@ -1,16 +1,16 @@
-"""The classic data-parallel bugs, each a small run for :func:`mylib.run_ranks`, and its
-fix.
+"""The classic data-parallel bugs and their fixes, each a small run on a process group.
 
-Chapter 8 reproduces every bug on a real gloo group and then fixes it; the
-tests run the very same functions. Each takes a switch between the buggy and
-the fixed version and returns what the chapter checks (parameters to compare
-with one process, buffers, the data each rank read), or fails the way the bug
-fails: an error naming the parameter, a crash, a hang that the launcher's
-timeout turns into :class:`mylib.RankTimeout`, or a silently wrong number.
+Each run is a function for :func:`mylib.run_ranks`. Chapter 8 reproduces
+every bug on a real gloo group and then fixes it; the tests run the very
+same functions. Each takes a switch between the buggy and the fixed version
+and returns what the chapter checks (parameters to compare with one process,
+buffers, the data each rank read), or fails the way the bug fails: an error
+naming the parameter, a crash, a hang that the launcher's timeout turns into
+:class:`mylib.RankTimeout`, or a silently wrong number.
 
-Every rank draws its own data from ``seed + rank``; :func:`reference` trains
-one process on all ranks' data at once, which is what data parallelism must
-reproduce.
+Every rank draws its own data from ``seed + rank``; :func:`reference`
+trains one process on all ranks' data at once, which is what data
+parallelism must reproduce.
 """
 
 import torch
@@ -42,8 +42,10 @@ class BranchNet(nn.Module):
 
 
 class TiedNet(nn.Module):
-    """An embedding whose weight the output layer shares (as language models do),
-    optionally untied."""
+    """An embedding whose weight the output layer shares, as language models do.
+
+    Optionally untied (``tie=False``).
+    """
 
     def __init__(self, tie=True, vocab=11, dim=6):
         super().__init__()
@@ -58,8 +60,10 @@ class TiedNet(nn.Module):
 
 
 class NormNet(nn.Module):
-    """Linear, a normalisation (``"batch"``: BatchNorm1d with running buffers;
-    ``"layer"``: LayerNorm), Linear."""
+    """Linear, a normalisation, Linear.
+
+    ``norm="batch"``: BatchNorm1d with running buffers; ``"layer"``: LayerNorm.
+    """
 
     def __init__(self, norm="batch"):
         super().__init__()
@@ -72,8 +76,7 @@ class NormNet(nn.Module):
 
 
 def rank_data(rank, steps, batch=4, kind="regression", shift_per_rank=0.0, seed=10):
-    """This rank's batches: ``(x, y)`` pairs, inputs shifted by ``rank *
-    shift_per_rank``."""
+    """This rank's ``(x, y)`` batches, inputs shifted by ``rank * shift_per_rank``."""
     gen = torch.Generator().manual_seed(seed + rank)
     if kind == "tokens":
         return [
@@ -143,7 +146,7 @@ def reference(make_model, world_size, steps, use_extra_on=None, **data):
     return _params(model)
 
 
-# -- 1. a parameter that gets no gradient ------------------------------------
+# -- 1. a parameter that gets no gradient --------------------------------------
 
 
 def unused_parameters(used_by="none", find_unused=False, wrapper="mylib", steps=3):
@@ -169,8 +172,10 @@ def unused_parameters(used_by="none", find_unused=False, wrapper="mylib", steps=
 
 
 def frozen_parameter(freeze_after_wrap=False, steps=3):
-    """Freeze ``trunk.weight``, before wrapping (fine) or after (MyDDP still waits for
-    its gradient)."""
+    """Freeze ``trunk.weight``, before wrapping (fine) or after.
+
+    After wrapping, MyDDP still waits for its gradient.
+    """
     net = BranchNet()
     if not freeze_after_wrap:
         net.trunk.weight.requires_grad_(False)
@@ -185,14 +190,15 @@ def frozen_parameter(freeze_after_wrap=False, steps=3):
 
 
 def tied_parameter(tie_after_wrap=False, steps=3):
-    """Tie the output layer to the embedding, before wrapping (one parameter, synced
-    once) or after."""
+    """Tie the output layer to the embedding, before wrapping or after.
+
+    Before wrapping, the two are one parameter, synced once.
+    """
     net = TiedNet(tie=not tie_after_wrap)
     model = MyDDP(net)
     if tie_after_wrap:
-        net.out.weight = (
-            net.embed.weight
-        )  # MyDDP's buckets still hold the old, now unused, out.weight
+        # MyDDP's buckets still hold the old, now unused, out.weight
+        net.out.weight = net.embed.weight
     for x, y in rank_data(dist.get_rank(), steps, kind="tokens"):
         _loss(model, x, y).backward()
         model.finish_gradient_sync()
@@ -204,8 +210,10 @@ def tied_parameter(tie_after_wrap=False, steps=3):
 
 
 def norm_buffers(broadcast_buffers=True, norm="batch", steps=5, shift_per_rank=1.0):
-    """Train ``NormNet`` on ranks whose data differ; report drift, eval outputs and the
-    parameters."""
+    """Train ``NormNet`` on ranks whose data differ.
+
+    Reports the drift, the eval outputs and the parameters.
+    """
     rank = dist.get_rank()
     model = MyDDP(NormNet(norm), broadcast_buffers=broadcast_buffers)
     for x, y in rank_data(rank, steps, shift_per_rank=shift_per_rank):
@@ -216,9 +224,8 @@ def norm_buffers(broadcast_buffers=True, norm="batch", steps=5, shift_per_rank=1
     model.eval()
     with torch.no_grad():
         probe = torch.linspace(-1, 1, 12).reshape(2, 6)
-        evaluated = model(
-            probe
-        )  # the wrapper broadcasts rank 0's buffers first, if asked to
+        # the wrapper broadcasts rank 0's buffers first, if asked to
+        evaluated = model(probe)
     return {"drift": drift_after_training, "eval": evaluated, "params": _params(model)}
 
 
@@ -259,8 +266,9 @@ def mismatched_collectives(kind="order", checked=False):
 
 
 def uneven_batches(sharding="naive", dataset_size=10, batch=2):
-    """Train on ``dataset_size`` samples split over the ranks, then meet at a barrier
-    (to save, say).
+    """Train on ``dataset_size`` samples split over the ranks, then meet at a barrier.
+
+    The barrier stands for, say, a save.
 
     ``sharding="naive"``: rank r takes samples r, r+n, ...: some ranks get one
     batch more and wait in an all-reduce the others never start.
@@ -297,12 +305,13 @@ def uneven_batches(sharding="naive", dataset_size=10, batch=2):
     return {"steps": steps, "seen": seen}
 
 
-# -- 6. ranks reading the same data ----------------------------------------------
+# -- 6. ranks reading the same data --------------------------------------------
 
 
 def data_shards(kind="sampler", dataset_size=16, epochs=2, batch=4):
-    """The indices each rank reads per epoch, and :func:`mylib.debug.shard_report` of
-    the first epoch.
+    """The indices each rank reads per epoch, and the first epoch's shard report.
+
+    The report is :func:`mylib.debug.shard_report`'s.
 
     ``"no_sampler"``: a shuffling DataLoader with the same seed on every rank;
     ``"rank_seed"``: ``DistributedSampler`` seeded differently on each rank;

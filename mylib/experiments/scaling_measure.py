@@ -1,12 +1,12 @@
 """Measuring scaling on this machine, and the model's prediction beside it.
 
 Chapter 7 trains one model at a fixed global batch on 1, 2 and 4 gloo ranks
-and sets the measured step times beside :func:`mylib.models.scaling.scaled_step`,
-calibrated on the same machine:
+and sets the measured step times beside
+:func:`mylib.models.scaling.scaled_step`, calibrated on the same machine:
 
-* compute: :func:`time_compute` times one rank's forward and backward on its share of
-  the batch, in this process, on one thread (each rank gets one thread, as each rank
-  gets one GPU on a cluster);
+* compute: :func:`time_compute` times one rank's forward and backward on its
+  share of the batch, in this process, on one thread (each rank gets one
+  thread, as each rank gets one GPU on a cluster);
 * communication: alpha and beta fitted to all-reduces timed inside the same run
   (:func:`mylib.experiments.commbench.time_all_reduce`,
   :func:`mylib.models.costmodel.fit_alpha_beta`);
@@ -30,9 +30,8 @@ from mylib.models.costmodel import fit_alpha_beta
 from mylib.models.scaling import WEAK, scaled_step
 from mylib.models.timeline import Layer
 
-COMM_SIZES = [
-    2**k for k in range(12, 24, 2)
-]  # 4 KB to 8 MB: enough to separate alpha from beta
+# 4 KB to 8 MB: enough to separate alpha from beta
+COMM_SIZES = [2**k for k in range(12, 24, 2)]
 
 
 def _sgd_step(params, lr):
@@ -43,8 +42,10 @@ def _sgd_step(params, lr):
 
 
 def train_single_process(make_model, batches, lr):
-    """Plain SGD on the whole batch in this process: what every data-parallel run must
-    reproduce."""
+    """Plain SGD on the whole batch in this process.
+
+    Every data-parallel run must reproduce it.
+    """
     model = make_model()
     for x, y in batches:
         torch.nn.functional.mse_loss(model(x), y).backward()
@@ -101,11 +102,10 @@ def train_fixed_global_batch(
 
 
 def time_compute(model, batch, width, repeats=7, threads=1):
-    """Fastest forward and backward seconds of ``model`` on ``batch`` rows, on
-    ``threads`` threads.
+    """Fastest forward and backward seconds of ``model`` on ``batch`` rows.
 
-    The fastest run is the best estimate of the compute itself: other
-    programs on the machine can only add time.
+    Runs on ``threads`` threads. The fastest run is the best estimate of the
+    compute itself: other programs on the machine can only add time.
     """
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -126,8 +126,10 @@ def time_compute(model, batch, width, repeats=7, threads=1):
 
 
 def linear_layers(model, backward_s):
-    """The model's Linear layers in backward order as timeline layers, sharing
-    ``backward_s`` evenly."""
+    """The model's Linear layers, in backward order, as timeline layers.
+
+    They share ``backward_s`` evenly.
+    """
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][::-1]
     return [
         Layer(
@@ -149,8 +151,7 @@ def predicted_step(
     cores=None,
     bucket_cap_mb=25.0,
 ):
-    """The timeline model's step for one rank of ``ranks``, from this machine's
-    measurements.
+    """The timeline model's step for one rank of ``ranks``, from this machine's timings.
 
     ``forward_s``/``backward_s``: one rank's compute on its share of the batch
     (:func:`time_compute` at ``global_batch / ranks``). ``allreduce_s``: times
@@ -161,8 +162,8 @@ def predicted_step(
         fit_alpha_beta(comm_sizes, allreduce_s, world_size=ranks) if ranks > 1 else None
     )
     alpha, beta = (fit.alpha, fit.beta) if fit else (0.0, 1.0)
-    # The compute was measured at this rank count's batch share: scale it only for
-    # shared cores.
+    # The compute was measured at this rank count's batch share: scale it only
+    # for shared cores.
     layers = linear_layers(model, backward_s)
     return scaled_step(
         layers,

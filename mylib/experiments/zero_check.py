@@ -1,16 +1,15 @@
-"""The checks of chapter 6: one model trained unsharded, under DDP, and under each ZeRO
-stage.
+"""Chapter 6's checks: one model trained unsharded, under DDP and under each ZeRO stage.
 
 Chapter 6 and ``tests/test_zero*.py`` run the same functions, so what the
 book shows is what CI asserts. The model has what real models have and what
 breaks naive sharding: a frozen layer and an output head tied to the
 embedding. The data are random tokens; each rank takes an equal share of
 every global batch, so averaging the ranks' mean-loss gradients gives the
-whole-batch gradient (chapter 2) and every stage must reproduce single-process
-training on the whole batch.
+whole-batch gradient (chapter 2) and every stage must reproduce
+single-process training on the whole batch.
 
-``held_bytes`` counts the memory a rank actually holds, from the tensors
-themselves (each storage once), to set beside :mod:`mylib.models.memory`'s model.
+To set beside :mod:`mylib.models.memory`'s model, ``held_bytes`` counts the
+memory a rank actually holds, from the tensors themselves (each storage once).
 """
 
 import torch
@@ -24,8 +23,8 @@ from mylib.zero1 import ShardedOptimizer
 from mylib.zero2 import ShardedGradOptimizer
 from mylib.zero3 import ShardedModel
 
-# name -> the stage of mylib.models.memory it is (0 = DDP); the torch-* ones are
-# PyTorch's own.
+# name -> the stage of mylib.models.memory it is (0 = DDP); the torch-* ones
+# are PyTorch's own.
 SETUPS = {
     "ddp": 0,
     "zero1": 1,
@@ -69,8 +68,10 @@ MEASURE = dict(
     steps=2,
     bucket_cap_mb=1.0,
 )
-"""The measurement: 1.25M trainable parameters (every one trained, so psi is the whole
-model), 2 steps."""
+"""The measurement: 1.25M trainable parameters, 2 steps.
+
+Every parameter is trained, so psi is the whole model.
+"""
 
 
 class Block(nn.Module):
@@ -89,17 +90,15 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    """Embedding, residual blocks, a frozen projection, and a head that shares the
-    embedding's weight."""
+    """Embedding, residual blocks, a frozen projection, a head tied to the embedding."""
 
     def __init__(self, vocab, dim, hidden, layers, frozen=True, tied=True):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.blocks = nn.ModuleList(Block(dim, hidden) for _ in range(layers))
         self.proj = nn.Linear(dim, dim)
-        self.proj.requires_grad_(
-            not frozen
-        )  # frozen: as a pretrained part that is not fine-tuned
+        # frozen: as a pretrained part that is not fine-tuned
+        self.proj.requires_grad_(not frozen)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, vocab, bias=False)
         if tied:
@@ -126,7 +125,7 @@ def tiny_lm(config):
 
 
 def num_trainable(model):
-    """psi: the number of parameters the optimizer trains (tied weights counted once)."""
+    """psi: the number of parameters the optimizer trains, tied weights counted once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -148,8 +147,10 @@ def token_batches(config):
 
 
 def param_groups(model, config):
-    """AdamW's usual two groups: weight decay on matrices, none on biases, norms and the
-    embedding's bias."""
+    """AdamW's usual two groups: weight decay on matrices, none on the rest.
+
+    No decay on biases, norms and the embedding's bias.
+    """
     decay = [p for p in model.parameters() if p.dim() >= 2]
     ids = {id(p) for p in decay}
     return [
@@ -162,8 +163,10 @@ def param_groups(model, config):
 
 
 def train_single(config):
-    """Single-process training on the whole batch: the reference. Returns ``{name: final
-    parameter}``."""
+    """Single-process training on the whole batch: the reference.
+
+    Returns ``{name: final parameter}``.
+    """
     model = tiny_lm(config)
     opt = config["optimizer"](param_groups(model, config), lr=config["lr"])
     for tokens in token_batches(config):
@@ -174,10 +177,13 @@ def train_single(config):
 
 
 def build(setup, model, config):
-    """Wrap ``model`` for ``setup`` (a key of SETUPS). Returns (model to call,
-    optimizer, sync after backward)."""
+    """Wrap ``model`` for ``setup`` (a key of SETUPS).
+
+    Returns (model to call, optimizer, sync after backward).
+    """
     opt_class, lr, cap = config["optimizer"], config["lr"], config["bucket_cap_mb"]
-    no_sync = lambda: None  # noqa: E731 (the stages that need no call between backward and step)
+    # the stages that need no call between backward and step
+    no_sync = lambda: None  # noqa: E731
     if setup == "ddp":
         ddp = MyDDP(model, bucket_cap_mb=cap)
         return (
@@ -209,9 +215,8 @@ def build(setup, model, config):
             no_sync,
         )
     if setup in ("zero3", "zero3-prefetch"):
-        groups = param_groups(
-            model, config
-        )  # before wrapping: afterwards every parameter is a 1-D piece
+        # before wrapping: afterwards every parameter is a 1-D piece
+        groups = param_groups(model, config)
         sharded = ShardedModel(
             model, unit_modules=list(model.blocks), prefetch=setup == "zero3-prefetch"
         )
@@ -242,8 +247,10 @@ def build(setup, model, config):
 
 
 def full_parameters(setup, model, wrapped):
-    """Every parameter, whole, on this rank: gathered from the shards where the setup
-    shards them."""
+    """Every parameter, whole, on this rank.
+
+    Gathered from the shards where the setup shards them.
+    """
     if setup.startswith("zero3"):
         return wrapped.full_parameters()
     if setup == "torch-fsdp":
@@ -284,8 +291,10 @@ def train_rank(setup, config):
 
 
 def train_setups(setups, config):
-    """Run on every rank: :func:`train_rank` for each setup in turn (one launch for many
-    checks)."""
+    """Run on every rank: :func:`train_rank` for each setup in turn.
+
+    One launch for many checks.
+    """
     return {setup: train_rank(setup, config) for setup in setups}
 
 

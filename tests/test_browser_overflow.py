@@ -1,0 +1,72 @@
+"""Every code and output block of the site fits its column at 1280 px.
+
+mylib, practice/ and the notebooks' cells are formatted at 88 columns (ruff,
+pyproject.toml); ``book/_static/book.css`` sizes the code font and the right
+table of contents so that 88 columns fit. A block that scrolls sideways hides
+the end of a line, and often the end of a printed conclusion, so this test
+opens every page in Chromium at 1280 x 900 and fails on any ``pre`` whose
+content is wider than the block, naming the page and the line.
+
+Needs the built site and Chromium, like ``tests/test_browser_site.py``.
+"""
+
+import pytest
+from test_browser_site import SITE, site_pages
+
+pytestmark = pytest.mark.browser
+
+browser = pytest.importorskip("browser", reason="tests/browser.py is missing")
+
+# For each visible <pre> on the page: is its content wider than the block?
+OVERFLOW_JS = """() => {
+  const found = [];
+  let columns = null;
+  for (const pre of document.querySelectorAll("main pre")) {
+    if (!pre.offsetParent) continue;  // folded away: not on screen
+    const probe = document.createElement("span");
+    probe.textContent = "x".repeat(100);
+    probe.style.position = "absolute";
+    probe.style.visibility = "hidden";
+    pre.appendChild(probe);
+    const charWidth = probe.getBoundingClientRect().width / 100;
+    probe.remove();
+    const style = getComputedStyle(pre);
+    const inner = pre.clientWidth - parseFloat(style.paddingLeft)
+      - parseFloat(style.paddingRight);
+    columns = Math.floor(inner / charWidth);
+    if (pre.scrollWidth > pre.clientWidth + 1) {
+      const lines = pre.textContent.split("\\n");
+      const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), "");
+      found.push(`${longest.length} columns: ${longest.slice(0, 70)}`);
+    }
+  }
+  return {columns, found};
+}"""
+
+
+@pytest.fixture(scope="module")
+def site():
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    with browser.serve_site(SITE) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with browser.launch_chromium() as b:
+        yield b
+
+
+@pytest.mark.parametrize("page", site_pages() or ["(site not built)"])
+def test_no_code_or_output_block_scrolls_sideways(site, chromium, page):
+    if page == "(site not built)":
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    with browser.open_page(chromium, f"{site}/{page}", viewport=(1280, 900)) as (
+        tab,
+        problems,
+    ):
+        result = tab.evaluate(OVERFLOW_JS)
+    assert not result["found"], f"{page}: blocks wider than the column:\n" + "\n".join(
+        result["found"]
+    )
