@@ -33,30 +33,36 @@ except (
     ImportError
 ) as missing:  # run with a Python that lacks the book's packages (rich, ...)
     sys.exit(
-        f"judge: this Python lacks the module '{missing.name}'. Run the judge with the book's environment: "
-        f"`make test` (or `make book`) creates .venv once, then `.venv/bin/python practice/judge.py`."
+        f"judge: this Python lacks the module '{missing.name}'. "
+        "Run the judge with the book's environment: `make test` (or `make book`) "
+        "creates .venv once, then `.venv/bin/python practice/judge.py`."
     )
 
 COMMANDS = ("list", "hint", "show", "all", "watch", "reset")
 
 
 class UsageError(Exception):
-    """The command line asks for something that does not exist; the message names the
-    fix."""
+    """The command line asks for something that does not exist.
+
+    The message names the fix.
+    """
 
 
 def parse(argv):
     p = argparse.ArgumentParser(
         prog="judge.py",
-        description="Grade your solutions to the exercises of Data Parallel from Scratch.",
-        epilog="Examples: judge.py | judge.py 06 | judge.py hint 06 | judge.py watch | judge.py reset 06",
+        description="Grade your solutions to the exercises "
+        "of Data Parallel from Scratch.",
+        epilog="Examples: judge.py | judge.py 06 | judge.py hint 06 | "
+        "judge.py watch | judge.py reset 06",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "words",
         nargs="*",
         metavar="[COMMAND] [ID]",
-        help=f"an exercise id to grade, or one of {', '.join(COMMANDS)} followed by an id",
+        help="an exercise id to grade, or one of "
+        f"{', '.join(COMMANDS)} followed by an id",
     )
     p.add_argument(
         "--all",
@@ -99,12 +105,14 @@ def parse(argv):
     )
     if len(words) > 1:
         raise UsageError(
-            f"too many words: {' '.join(args.words)}. Give one exercise id, e.g. `{report.command('06')}`"
+            f"too many words: {' '.join(args.words)}. "
+            f"Give one exercise id, e.g. `{report.command('06')}`"
         )
     args.target = words[0] if words else None
     if args.command in ("hint", "show", "reset") and args.target is None:
         raise UsageError(
-            f"`{args.command}` needs an exercise id, e.g. `{report.command(args.command, '06')}`"
+            f"`{args.command}` needs an exercise id, e.g. "
+            f"`{report.command(args.command, '06')}`"
         )
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -132,8 +140,9 @@ def main(argv=None):
         if os.environ.get("JUDGE_DEBUG"):
             raise
         console.print(
-            f"judge: internal error ({type(e).__name__}: {e}). Your files are untouched. "
-            f"Run again with JUDGE_DEBUG=1 for details, and please report it.",
+            f"judge: internal error ({type(e).__name__}: {e}). "
+            "Your files are untouched. Run again with JUDGE_DEBUG=1 for details, "
+            "and please report it.",
             markup=False,
         )
         return 3
@@ -157,7 +166,8 @@ def run(args, exercises, console):
         with open(ex.path("README.md"), encoding="utf-8") as f:
             console.print(f.read(), markup=False)
         console.print(
-            f"Your file: {report.rel(state.ensure_workspace(ex))}   Grade: {report.command(ex.number)}",
+            f"Your file: {report.rel(state.ensure_workspace(ex))}   "
+            f"Grade: {report.command(ex.number)}",
             markup=False,
         )
         return 0
@@ -180,8 +190,10 @@ def _states(exercises, progress):
 
 
 def target_file(args, ex):
-    """Which file to grade: the reader's (created from the starter), or what a flag
-    names."""
+    """Which file to grade: the reader's, or the one a flag names.
+
+    The reader's file is created from the starter.
+    """
     if args.solutions:
         return ex.path("solution.py")
     if args.starters:
@@ -194,8 +206,10 @@ def target_file(args, ex):
 
 
 def grade_one(args, ex, console, progress, quiet=False):
-    """Grade one exercise, print its report, remember the outcome (for the reader's own
-    file)."""
+    """Grade one exercise, print its report, and remember the outcome.
+
+    The outcome is remembered for the reader's own file only.
+    """
     path = target_file(args, ex)
     result = grade_file(
         ex, path, time_limit_s=args.timeout, check_timeout_s=args.check_timeout
@@ -217,7 +231,7 @@ def grade_one(args, ex, console, progress, quiet=False):
 
 
 def grade_many(args, exercises, console, progress):
-    """Grade every exercise (``--jobs`` at a time); print each report, then a summary."""
+    """Grade every exercise, ``--jobs`` at a time; print each report, then a summary."""
     chosen = [catalog.find(exercises, args.target)] if args.target else exercises
     paths = {ex.id: target_file(args, ex) for ex in chosen}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -264,12 +278,14 @@ def show_hint(ex, args, console, progress):
     progress.note_hint(ex.id, max(seen, upto))
     if upto < len(hints):
         console.print(
-            f"Still stuck? `{report.command('hint', ex.number)}` again for hint {upto + 1}.",
+            f"Still stuck? `{report.command('hint', ex.number)}` "
+            f"again for hint {upto + 1}.",
             markup=False,
         )
     else:
         console.print(
-            f"That was the last hint. The statement: {report.rel(ex.path('README.md'))}",
+            "That was the last hint. The statement: "
+            f"{report.rel(ex.path('README.md'))}",
             markup=False,
         )
     return 0

@@ -65,8 +65,10 @@ def _ten_million_parameter_mlp():
 
 
 def _ddp_pairs(caps_mb, warmup, pairs, batch):
-    """On each rank: for each cap, alternate MyDDP and DDP steps; return per-pair step
-    times."""
+    """On each rank, for each cap: alternate MyDDP and DDP steps.
+
+    Returns the step times of each pair.
+    """
     from mylib import MyDDP
 
     out = {}
@@ -126,9 +128,9 @@ def run_ddp(caps_mb=(1, 5, 25), warmup=3, pairs=15, batch=64):
     return {
         "title": "MyDDP against PyTorch's DDP",
         "summary": (
-            f"2 gloo ranks, a 9.4M-parameter MLP (batch {batch} per rank), {pairs} alternating step pairs "
-            f"per bucket cap after {warmup} warm-up pairs. Median ratio at 25 MB: {at_25:.3f} "
-            f"(target: 1.05 or less)."
+            f"2 gloo ranks, a 9.4M-parameter MLP (batch {batch} per rank), {pairs} "
+            f"alternating step pairs per bucket cap after {warmup} warm-up pairs. "
+            f"Median ratio at 25 MB: {at_25:.3f} (target: 1.05 or less)."
         ),
         "machine": machine(),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -144,15 +146,15 @@ def run_ddp(caps_mb=(1, 5, 25), warmup=3, pairs=15, batch=64):
                     "ratio (max)",
                 ],
                 "rows": rows,
-                "note": "A ratio below 1 means MyDDP was faster. Each pair runs both steps back to back, so "
-                "load from other programs hits both alike.",
+                "note": "A ratio below 1 means MyDDP was faster. Each pair runs both "
+                "steps back to back, so load from other programs hits both alike.",
             }
         ],
     }
 
 
 def benchmarks():
-    """Name -> run function: this file's, then every tests/bench_*.py module's ``run``."""
+    """Name -> run function: this file's, then every bench_*.py module's ``run``."""
     found = {"ddp": run_ddp}
     sys.path.insert(0, HERE)
     for fname in sorted(os.listdir(HERE)):
@@ -194,7 +196,8 @@ def main(names):
         with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
             json.dump(result, f, indent=1)
     print(
-        f"\nwritten to {RESULTS}/; `make book` puts them on the benchmarks page (Appendix)."
+        f"\nwritten to {RESULTS}/; `make book` puts "
+        "them on the benchmarks page (Appendix)."
     )
 
 

@@ -1,5 +1,4 @@
-"""`make bench`: scaling at a fixed global batch on 1, 2 and 4 gloo ranks, beside the
-model (chapter 7).
+"""`make bench`: scaling at a fixed global batch on 1, 2 and 4 gloo ranks (chapter 7).
 
 The chapter's experiment, with more steps: an MLP trained with ``MyDDP`` at a
 fixed global batch on 1, 2 and 4 ranks (one thread each), the typical step time
@@ -23,8 +22,10 @@ RANKS = (1, 2, 4)
 
 
 def run(width=512, depth=8, global_batch=64, steps=30, lr=0.01):
-    """Measured and predicted step time and efficiency per rank count; tests/bench.py's
-    result format."""
+    """Measured and predicted step time and efficiency per rank count.
+
+    In tests/bench.py's result format.
+    """
 
     def make_model():
         return mlp([width] * (depth + 1))
@@ -71,10 +72,11 @@ def run(width=512, depth=8, global_batch=64, steps=30, lr=0.01):
     return {
         "title": "Scaling at a fixed global batch: measured and modelled (chapter 7)",
         "summary": (
-            f"An MLP of {depth} x Linear({width}, {width}) ({n_params / 1e6:.1f}M parameters, "
-            f"{n_params * 4 / 2**20:.1f} MB of fp32 gradients), global batch {global_batch}, {steps} "
-            f"steps of MyDDP + SGD on 1, 2 and 4 gloo ranks with one thread each, on {cores} cores. "
-            f"Efficiency at 4 ranks: measured {rows[-1][5]:.0%}, model {rows[-1][6]:.0%}."
+            f"An MLP of {depth} x Linear({width}, {width}) ({n_params / 1e6:.1f}M "
+            f"parameters, {n_params * 4 / 2**20:.1f} MB of fp32 gradients), "
+            f"global batch {global_batch}, {steps} steps of MyDDP + SGD on 1, "
+            f"2 and 4 gloo ranks with one thread each, on {cores} cores. Efficiency "
+            f"at 4 ranks: measured {rows[-1][5]:.0%}, model {rows[-1][6]:.0%}."
         ),
         "tables": [
             {
@@ -93,10 +95,12 @@ def run(width=512, depth=8, global_batch=64, steps=30, lr=0.01):
                 ],
                 "rows": rows,
                 "note": (
-                    "The model: one rank's compute timed at its share of the batch, stretched when ranks "
-                    "outnumber cores, plus the exposed communication of the timeline model with the alpha and "
-                    "beta fitted in the same run. The last column checks that every rank count trained to the "
-                    "same parameters as one process on the whole batch."
+                    "The model: one rank's compute timed at its share "
+                    "of the batch, stretched when ranks outnumber cores, "
+                    "plus the exposed communication of the timeline model "
+                    "with the alpha and beta fitted in the same run. "
+                    "The last column checks that every rank count trained to "
+                    "the same parameters as one process on the whole batch."
                 ),
             }
         ],

@@ -63,15 +63,20 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=64):
     return {
         "title": "The timeline model against measured MyDDP steps",
         "summary": (
-            f"2 gloo ranks, {n_layers} x Linear({width}, {width}) (batch {batch_size} per rank), {rounds} "
-            f"rounds of calibrate-then-trace. Model within {TARGET:.0%} of the measurement at {within} of "
-            f"{len(rows)} caps (worst error {worst:.0%}); best cap: model {cap_label(best_model)}, measured "
-            f"{cap_label(best_measured)} ({'same' if best_model == best_measured else 'different'}); the "
-            f"measured step at the model's best cap is {choice_cost:.1%} longer than at the measured best."
+            f"2 gloo ranks, {n_layers} x Linear({width}, {width}) (batch "
+            f"{batch_size} per rank), {rounds} rounds of calibrate-then-trace. "
+            f"Model within {TARGET:.0%} of the measurement at {within} "
+            f"of {len(rows)} caps (worst error {worst:.0%}); best cap: "
+            f"model {cap_label(best_model)}, measured {cap_label(best_measured)} "
+            f"({'same' if best_model == best_measured else 'different'}); "
+            "the measured step at the model's best cap is "
+            f"{choice_cost:.1%} longer than at the measured best."
         ),
         "model picks the measured best cap": best_model == best_measured,
         "measured step at the model's best cap / at the measured best": 1 + choice_cost,
-        "backward time over rounds (ms, min / median / max)": f"{low * 1e3:.0f} / {mid * 1e3:.0f} / {high * 1e3:.0f}",
+        "backward time over rounds (ms, min / median / max)": (
+            f"{low * 1e3:.0f} / {mid * 1e3:.0f} / {high * 1e3:.0f}"
+        ),
         "alpha (us, median of rounds)": statistics.median(
             c["alpha_s"] for c in calibrations
         )
@@ -88,7 +93,8 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=64):
         ),
         "tables": [
             {
-                "title": "Step time (backward start to finish_gradient_sync done), medians over rounds",
+                "title": "Step time (backward start to "
+                "finish_gradient_sync done), medians over rounds",
                 "columns": [
                     "cap",
                     "model (ms)",
@@ -99,9 +105,10 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=64):
                 ],
                 "rows": table,
                 "note": (
-                    "error = median over rounds of (model - measured) / measured, the model fed with the same "
-                    "round's calibration. The last column drops the contention factors (stretch 1): the plain "
-                    "alpha-beta overlap model."
+                    "error = median over rounds of (model - measured) / measured, "
+                    "the model fed with the same round's calibration. "
+                    "The last column drops the contention factors (stretch 1): "
+                    "the plain alpha-beta overlap model."
                 ),
             }
         ],

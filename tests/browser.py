@@ -6,7 +6,8 @@ outside 127.0.0.1 is blocked and reported. Usage::
 
     import browser
     with browser.serve_site(SITE) as base_url, browser.launch_chromium() as chromium:
-        with browser.open_page(chromium, f"{base_url}/book/intro.html") as (page, problems):
+        url = f"{base_url}/book/intro.html"
+        with browser.open_page(chromium, url) as (page, problems):
             page.click(...)
         assert not problems, "\\n".join(problems)
 
@@ -107,7 +108,10 @@ def launch_chromium(headless=True):
 
 
 def is_local(url):
-    """Whether a request stays on this machine (the served site, data: and blob: URLs)."""
+    """Whether a request stays on this machine.
+
+    The served site, data: and blob: URLs stay local.
+    """
     parts = urllib.parse.urlsplit(url)
     return parts.scheme in ("data", "blob", "about") or parts.hostname in LOCAL_HOSTS
 

@@ -22,8 +22,10 @@ class TiedMLP(nn.Module):
 
 
 def build(kind, sizes, seed=0, dtype=torch.float32):
-    """A small model: "mlp", "frozen" (first layer frozen), "tied", or "bn" (with
-    BatchNorm buffers)."""
+    """A small model: "mlp", "frozen", "tied" or "bn".
+
+    "frozen" has its first layer frozen; "bn" has BatchNorm buffers.
+    """
     torch.manual_seed(seed)
     if kind == "tied":
         return TiedMLP(sizes[0]).to(dtype)
@@ -50,8 +52,7 @@ def make_optimizer(name, params):
 def train_three_ways(
     kind, sizes, cap_mb, opt_name, steps, per_rank, dtype=torch.float32
 ):
-    """Train MyDDP, PyTorch DDP and (for every kind but "bn") one process on the whole
-    batch.
+    """Train MyDDP, PyTorch DDP and, except for "bn", one process on the whole batch.
 
     Returns (max |MyDDP - single|, max |MyDDP - DDP|, number of buckets).
 

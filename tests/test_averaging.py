@@ -33,8 +33,10 @@ def make_batch(rows, sizes, dtype=torch.float32, seed=1234):
 
 
 def _three_ways(sizes, rows_per_rank, steps, dtype):
-    """Mine (broadcast + average), PyTorch DDP and one process on the whole batch,
-    `steps` SGD steps each."""
+    """Mine (broadcast + average), PyTorch DDP and one process on the whole batch.
+
+    `steps` SGD steps each.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     x, y = make_batch(rows_per_rank * n, sizes, dtype)
     mine_x, mine_y = (
@@ -90,8 +92,10 @@ def test_average_of_equal_share_gradients_is_the_whole_batch_gradient(
 
 
 def _unequal_shares():
-    """Rank r holds r+1 rows: the mean of per-rank means weighs rows unequally; the
-    global mean does not."""
+    """Rank r holds r+1 rows: the mean of per-rank means weighs rows unequally.
+
+    The global mean does not.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     sizes = [3, 4, 2]
     counts = [r + 1 for r in range(n)]
@@ -274,8 +278,10 @@ def test_ranks_of_a_real_group_draw_the_same_permutation():
 
 
 def _same_rows(rows):
-    """Both ranks read the same rows (no sampler): the step is a one-rank step at twice
-    the cost."""
+    """Both ranks read the same rows (no sampler).
+
+    The step is a one-rank step at twice the cost.
+    """
     sizes = [3, 2]
     x, y = make_batch(2 * rows, sizes)
     same_x, same_y = x[:rows], y[:rows]
@@ -325,8 +331,10 @@ def test_global_batch_arithmetic():
 
 
 def _accumulated(micro, accum):
-    """micro x accum x world rows: each rank accumulates `accum` micro-batches, then
-    averages over ranks."""
+    """micro x accum x world rows: each rank accumulates `accum` micro-batches.
+
+    Then it averages over ranks.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     sizes = [3, 5, 2]
     rows = global_batch_size(micro, accum, n)

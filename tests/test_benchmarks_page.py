@@ -1,5 +1,4 @@
-"""The benchmarks page (book/benchmarks.py) shows what `make bench` wrote, whatever the
-benchmark."""
+"""The benchmarks page (book/benchmarks.py) shows whatever `make bench` wrote."""
 
 import pathlib
 import sys

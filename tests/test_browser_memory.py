@@ -1,5 +1,4 @@
-"""Chapter 6's live figures in a real browser: the memory calculator and the ZeRO-3
-timeline.
+"""Chapter 6's live figures in a real browser: memory calculator and ZeRO-3 timeline.
 
 On the built site, with no kernel and no network, moving a slider must redraw
 the figure with the numbers Python computes for the same slider positions
@@ -26,8 +25,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
 PAGE = "notebooks/06_zero.html"
 
-READ_METRICS = """fig => Object.fromEntries(Array.from(fig.querySelectorAll('.livefig-figure [data-metric]'))
-    .map(e => [(e.dataset.row === undefined ? '' : e.dataset.row + ':') + e.dataset.metric, e.dataset.value]))"""
+READ_METRICS = """fig => Object.fromEntries(
+    Array.from(fig.querySelectorAll('.livefig-figure [data-metric]')).map(e => [
+        (e.dataset.row === undefined ? '' : e.dataset.row + ':') + e.dataset.metric,
+        e.dataset.value
+    ]))"""
 
 
 def python_metrics(svg):
@@ -53,16 +55,17 @@ def page():
 
 
 def move(tab, fig, positions):
-    """Set slider positions (name -> raw position) and wait for the redraw each one
-    causes."""
+    """Set slider positions (name -> raw position); wait for each one's redraw."""
     for name, position in positions.items():
         renders = int(fig.get_attribute("data-renders") or 0)
         fig.locator(f'.livefig-controls input[name="{name}"]').evaluate(
-            "(el, v) => { el.value = String(v); el.dispatchEvent(new Event('input', {bubbles: true})); }",
+            "(el, v) => { el.value = String(v); "
+            "el.dispatchEvent(new Event('input', {bubbles: true})); }",
             position,
         )
         tab.wait_for_function(
-            "([el, n]) => Number(el.dataset.renders) > n || el.dataset.state === 'error'",
+            "([el, n]) => "
+            "Number(el.dataset.renders) > n || el.dataset.state === 'error'",
             arg=[fig.element_handle(), renders],
             timeout=120000,
         )

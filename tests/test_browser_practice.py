@@ -1,5 +1,4 @@
-"""The practice page in a real browser: exercises written and graded in the page,
-offline.
+"""The practice page in a real browser: exercises written and graded there, offline.
 
 The page is generated from the judge's metadata, and grades the exercises
 that need only Python on Pyodide with the judge's own checks. Here, in
@@ -38,7 +37,7 @@ IN_PAGE = [ex for ex in EXERCISES if ex.browser]
 BUCKETS = catalog.find(EXERCISES, "06")
 
 WRONG_BUCKETS = """\
-def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
     # Wrong on purpose: forward order instead of backward order.
     buckets, current, size = [], [], 0
     for i, b in enumerate(param_bytes):
@@ -66,14 +65,17 @@ def page():
 
 
 def grade_in_page(page, exercise, code, timeout_ms=120_000):
-    """Type ``code`` into the exercise's editor, press Grade, wait; return (verdict,
-    text)."""
+    """Type ``code`` into the exercise's editor, press Grade, wait.
+
+    Returns (verdict, text).
+    """
     box = page.locator(f'.practice-editor[data-exercise="{exercise.id}"]')
     box.locator(".practice-code").fill(code)
     box.locator(".practice-grade").click()
     page.wait_for_function(
-        "id => { const r = document.querySelector(`.practice-editor[data-exercise='${id}'] .practice-result`);"
-        " return r && r.dataset.verdict; }",
+        "id => { const r = "
+        "document.querySelector(`.practice-editor[data-exercise='${id}'] "
+        ".practice-result`); return r && r.dataset.verdict; }",
         arg=exercise.id,
         timeout=timeout_ms,
     )
@@ -154,7 +156,7 @@ def test_untouched_starter_says_not_written_yet(page, tmp_path):
 
 
 def test_syntax_error_reads_as_in_the_terminal(page, tmp_path):
-    code = "def assign_buckets(param_bytes, cap_bytes:\n    return []\n"
+    code = "def buckets_for_parameters(param_bytes, cap_bytes:\n    return []\n"
     verdict, text = grade_in_page(page, BUCKETS, code)
     report, _ = judge_lines(BUCKETS, code, tmp_path)
     assert verdict == report.verdict == "syntax error"
@@ -164,7 +166,12 @@ def test_syntax_error_reads_as_in_the_terminal(page, tmp_path):
 def test_infinite_loop_is_stopped_and_the_page_recovers(page):
     page.evaluate("window.PRACTICE_TIME_LIMIT_S = 3")
     try:
-        loop = "def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):\n    while True:\n        pass\n"
+        loop = (
+            "def buckets_for_parameters(param_bytes, cap_bytes, "
+            "first_cap_bytes=None):\n"
+            "    while True:\n"
+            "        pass\n"
+        )
         verdict, text = grade_in_page(page, BUCKETS, loop)
         assert verdict == "timeout"
         assert (
@@ -197,8 +204,8 @@ def test_code_is_kept_across_a_reload_and_hints_show(page):
     )
     box.locator(".practice-reset").click()
     page.wait_for_function(
-        "id => document.querySelector(`.practice-editor[data-exercise='${id}'] textarea`).value"
-        ".includes('NotImplementedError')",
+        "id => document.querySelector(`.practice-editor[data-exercise='${id}'] "
+        "textarea`).value.includes('NotImplementedError')",
         arg=BUCKETS.id,
     )
 

@@ -207,8 +207,10 @@ def test_search_finds_a_glossary_term(site, chromium):
 
 
 def test_page_buttons(site, chromium):
-    """Every page offers 'edit this page' and source download; chapters offer their
-    .ipynb."""
+    """Every page offers 'edit this page' and source download.
+
+    Chapters offer their .ipynb too.
+    """
     pages = ["book/intro.html"] + chapter_pages()[:1]
     for page in pages:
         with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
@@ -229,8 +231,7 @@ def test_page_buttons(site, chromium):
 
 
 def test_exercises_link_to_their_solutions(site, chromium):
-    """sphinx-exercise: numbered exercises, and each solution links back to its
-    exercise."""
+    """sphinx-exercise: numbered exercises; each solution links back to its exercise."""
     pages = [
         p
         for p in chapter_pages()
@@ -262,8 +263,10 @@ def live_figure_pages():
 
 @pytest.mark.parametrize("page", live_figure_pages() or ["(no live figure built)"])
 def test_every_chapter_live_figure_redraws(site, chromium, page):
-    """On each chapter with live figures: the default drawing shows, a slider moves,
-    Python redraws it."""
+    """On each chapter with live figures, the default drawing shows.
+
+    Then a slider moves, and Python redraws the figure.
+    """
     if page == "(no live figure built)":
         pytest.skip("no chapter with a live figure in the built site yet")
     with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
@@ -282,7 +285,8 @@ def test_every_chapter_live_figure_redraws(site, chromium, page):
             at_max = slider.evaluate("e => Number(e.value) >= Number(e.max)")
             slider.press("Home" if at_max else "End")
             tab.wait_for_function(
-                "([el, n]) => Number(el.dataset.renders) > n || el.dataset.state === 'error'",
+                "([el, n]) => "
+                "Number(el.dataset.renders) > n || el.dataset.state === 'error'",
                 arg=[fig.element_handle(), renders],
                 timeout=90000,
             )

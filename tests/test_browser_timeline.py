@@ -1,5 +1,4 @@
-"""Chapter 3's live figure on the static site, in headless Chromium, with no kernel and
-no network.
+"""Chapter 3's live figure on the static site: headless Chromium, no kernel, no network.
 
 The page must show the default drawing before any Python has loaded; moving a
 slider must load Pyodide from the site, redraw with the book's own Python, and
@@ -61,7 +60,8 @@ def expected_numbers(values):
 
 def shown_numbers(pg):
     cells = pg.locator(".livefig .livefig-figure text[data-metric]").evaluate_all(
-        "els => els.map(e => [Number(e.dataset.timeline), e.dataset.metric, e.dataset.value])"
+        "els => els.map(e => [Number(e.dataset.timeline), "
+        "e.dataset.metric, e.dataset.value])"
     )
     rows = {}
     for k, key, value in cells:
@@ -138,8 +138,10 @@ def test_moving_sliders_redraws_with_the_python_model(page):
 
 
 def test_every_slider_position_agrees_with_the_python_model(page):
-    """Each slider through all its positions (the others at their defaults), computed by
-    the page's Pyodide."""
+    """Each slider through all its positions, the others at their defaults.
+
+    The page's Pyodide computes each one.
+    """
     pg, problems, _ = page
     cases = []
     for s in SLIDERS:
@@ -160,8 +162,12 @@ from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
 sliders = [Slider(**spec) for spec in BUCKETING_SLIDERS]
 out = []
 for case in json.loads(CASES):
-    values = {s.name: s.value_at(case[s.name]) if s.name in case else s.default for s in sliders}
-    out.append([[getattr(t, key) for key in SHOWN] for t in bucketing_timelines(**values)])
+    values = {
+        s.name: s.value_at(case[s.name]) if s.name in case else s.default
+        for s in sliders
+    }
+    timelines = bucketing_timelines(**values)
+    out.append([[getattr(t, key) for key in SHOWN] for t in timelines])
 json.dumps(out)
 """
     got = pg.evaluate(

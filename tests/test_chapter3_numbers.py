@@ -1,5 +1,6 @@
-"""The numbers chapter 3 states in words (self-test, "things to try", exercise key
-points), from the model.
+"""The numbers chapter 3 states in words, from the model.
+
+The numbers of the self-test, the "things to try" and the exercises' key points.
 
 The chapter's code cells compute and assert what they print; these are the
 figures its Markdown states, so a change to the model or the figure's layers

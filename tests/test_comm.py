@@ -1,4 +1,4 @@
-"""mylib.comm: the collectives give torch's results and count the bytes each rank sends."""
+"""mylib.comm: collectives give torch's results and count the bytes each rank sends."""
 
 import pytest
 import torch
@@ -12,8 +12,10 @@ NUMEL = 12  # divisible by 1, 2, 3 and 4: the ring formulas are exact
 
 
 def _every_collective():
-    """Run each wrapped collective next to torch's own; return (results equal?, bytes
-    counted) per op."""
+    """Run each wrapped collective next to torch's own.
+
+    Returns (results equal?, bytes counted) per op.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     x = torch.arange(NUMEL, dtype=torch.float32) + 100 * rank
     out = {}

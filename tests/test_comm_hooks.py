@@ -1,5 +1,7 @@
-"""fp16 and bf16 compression hooks: PyTorch's results, half the bytes, the rounding the
-format allows."""
+"""fp16 and bf16 compression hooks: PyTorch's results and half the bytes.
+
+The rounding stays within what the format allows.
+"""
 
 import pytest
 import torch

@@ -1,5 +1,7 @@
-"""The alpha-beta model, its fit, the slider figure, and the gloo measurements it is
-fitted to."""
+"""The alpha-beta model, its fit and the slider figure.
+
+And the gloo measurements the model is fitted to.
+"""
 
 import math
 import random

@@ -1,5 +1,7 @@
-"""MyDDP against one process on the whole batch and against PyTorch's DDP, on real gloo
-groups."""
+"""MyDDP against one process on the whole batch and against PyTorch's DDP.
+
+All on real gloo groups.
+"""
 
 import pytest
 import torch

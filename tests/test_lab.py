@@ -42,8 +42,10 @@ def free_port():
 
 @contextlib.contextmanager
 def jupyter_lab(root_dir):
-    """A JupyterLab server on a free port serving ``root_dir``, stopped (with its
-    kernels) afterwards."""
+    """A JupyterLab server on a free port serving ``root_dir``.
+
+    Stopped, with its kernels, afterwards.
+    """
     port = free_port()
     env = {
         **os.environ,
@@ -87,7 +89,8 @@ def jupyter_lab(root_dir):
                 if server.poll() is not None or time.time() > deadline:
                     log.flush()
                     raise RuntimeError(
-                        f"JupyterLab did not start:\n{(root_dir / 'lab.log').read_text()[-3000:]}"
+                        "JupyterLab did not start:\n"
+                        f"{(root_dir / 'lab.log').read_text()[-3000:]}"
                     )
                 time.sleep(0.5)
         yield url
@@ -104,7 +107,8 @@ def jupyter_lab(root_dir):
 def panel_numbers(page):
     """The figure's step times (one per timeline), read from the widget's SVG."""
     return page.evaluate("""() => Array.from(document.querySelectorAll(
-        '.jp-OutputArea-output text[data-metric="step_s"]')).map(e => Number(e.dataset.value))""")
+        '.jp-OutputArea-output text[data-metric="step_s"]'))
+        .map(e => Number(e.dataset.value))""")
 
 
 def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
@@ -120,7 +124,8 @@ def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
             timeout=120_000,
         )
         page.wait_for_function(
-            "() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel",
+            "() => "
+            "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel",
             timeout=120_000,
         )
         page.evaluate("""async () => {
@@ -128,7 +133,8 @@ def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
             await panel.sessionContext.ready;
             const cells = panel.content.widgets;
             const index = cells.findIndex(c => c.model.type === 'code'
-                && c.model.sharedModel.getSource().includes('LiveFigure(bucketing_figure'));
+                && c.model.sharedModel.getSource()
+                    .includes('LiveFigure(bucketing_figure'));
             panel.content.activeCellIndex = index;
             await window.jupyterapp.commands.execute('notebook:run-all-above');
             await window.jupyterapp.commands.execute('notebook:run-cell');
@@ -152,8 +158,9 @@ def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
         page.keyboard.press("ArrowRight")
         page.wait_for_function(
             "(before) => { const now = Array.from(document.querySelectorAll("
-            "'.jp-OutputArea-output text[data-metric=\"step_s\"]')).map(e => Number(e.dataset.value));"
-            " return now.length === 3 && now[2] !== before[2]; }",
+            "'.jp-OutputArea-output text[data-metric=\"step_s\"]'))"
+            ".map(e => Number(e.dataset.value)); "
+            "return now.length === 3 && now[2] !== before[2]; }",
             arg=before,
             timeout=60_000,
         )

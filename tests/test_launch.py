@@ -1,5 +1,7 @@
-"""The rank launcher: results in rank order, failures and hangs reported, nothing left
-behind."""
+"""The rank launcher: results in rank order, failures and hangs reported.
+
+Nothing is left behind.
+"""
 
 import os
 import re

@@ -1,5 +1,7 @@
-"""LiveFigure's Python side: sliders, the static twin, the widget, and what the build
-ships to the browser."""
+"""LiveFigure's Python side: sliders, the static twin and the widget.
+
+Also what the build ships to the browser.
+"""
 
 import importlib.util
 import json

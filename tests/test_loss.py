@@ -1,5 +1,7 @@
-"""The normalisation trap: ranks with different numbers of target tokens, and the
-token-count fix."""
+"""The normalisation trap, and its token-count fix.
+
+The trap: ranks with different numbers of target tokens.
+"""
 
 import math
 
@@ -23,11 +25,10 @@ VOCAB, WIDTH = 7, 5
 
 
 def logits_with_losses(losses, pad):
-    """Logits over 2 classes whose cross-entropy for label 1 is each of ``losses``, then
-    ``pad`` masked positions.
+    """Logits over 2 classes whose cross-entropy for label 1 is each of ``losses``.
 
-    With logits ``(a, 0)`` and label 1 the loss is ``log(1 + e^a)``, so ``a = log(e^loss
-    - 1)``.
+    Then ``pad`` masked positions. With logits ``(a, 0)`` and label 1 the loss is
+    ``log(1 + e^a)``, so ``a = log(e^loss - 1)``.
     """
     a = torch.tensor(
         [math.log(math.expm1(loss)) for loss in losses] + [0.0] * pad,
@@ -39,7 +40,7 @@ def logits_with_losses(losses, pad):
 
 
 def _worked_example():
-    """Rank 0: three tokens of loss 1; rank 1: one token of loss 3 (and masked padding)."""
+    """Rank 0: three tokens of loss 1; rank 1: one of loss 3 (and masked padding)."""
     rank = dist.get_rank()
     logits, labels = (
         logits_with_losses([1.0, 1.0, 1.0], pad=1)
@@ -81,8 +82,10 @@ def tiny_lm(seed=0):
 
 
 def _gradients_vs_one_process(tokens, labels):
-    """Each rank holds rows of (tokens, labels); compare averaged gradients with one
-    process's token mean."""
+    """Each rank holds rows of (tokens, labels).
+
+    Compare the averaged gradients with one process's token mean.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     rows = tokens.shape[0] // n
     mine = slice(rank * rows, (rank + 1) * rows)

@@ -1,5 +1,7 @@
-"""The memory and communication model of chapter 6, and its calculator figure (no
-processes needed)."""
+"""The memory and communication model of chapter 6, and its calculator figure.
+
+No processes needed.
+"""
 
 import json
 import math
@@ -28,8 +30,10 @@ ks = st.sampled_from([0, 4, 8, 12, 16, 20])
 
 
 def test_the_zero_papers_numbers():
-    """7.5B parameters, K = 12, N = 64 (Rajbhandari et al. 2020, figure 1): 120, 31.4,
-    16.6 and 1.9 GB."""
+    """7.5B parameters, K = 12, N = 64: 120, 31.4, 16.6 and 1.9 GB.
+
+    Rajbhandari et al. 2020, figure 1.
+    """
     totals = [memory_per_rank(7.5e9, 64, stage, k=12).total / GB for stage in STAGES]
     assert [round(t, 1) for t in totals] == [120.0, 31.4, 16.6, 1.9]
     assert totals == [120.0, 31.40625, 16.640625, 1.875]
@@ -55,8 +59,10 @@ def test_the_formulas_of_each_stage(psi, n, k):
 
 
 def test_float32_adam_counts():
-    """The chapter's measurements are in float32: 4-byte parameters and gradients, K = 8
-    (two moments)."""
+    """The chapter's measurements are in float32.
+
+    4-byte parameters and gradients, K = 8 (two moments).
+    """
     m = memory_per_rank(1e6, 4, 2, k=8, param_bytes=4, grad_bytes=4)
     assert (m.params, m.grads, m.optimizer) == (4e6, 1e6, 2e6)
 
@@ -94,8 +100,10 @@ def test_why_ddp_cannot_hold_70b():
 
 
 def test_the_13b_exercise_of_chapter_6():
-    """Exercise ex-6-fit-13b's key points: 208, 71.5, 48.75 and 26 GB per GPU on 8 GPUs,
-    what is left of 80 GB."""
+    """Exercise ex-6-fit-13b's key points: 208, 71.5, 48.75 and 26 GB per GPU on 8 GPUs.
+
+    And what is left of 80 GB.
+    """
     totals = [memory_per_rank(13e9, 8, stage).total / GB for stage in STAGES]
     assert totals == pytest.approx([208, 71.5, 48.75, 26])
     assert [80 - t for t in totals[1:]] == pytest.approx([8.5, 31.25, 54])

@@ -110,8 +110,10 @@ def test_micro_batches_must_split_equally():
 
 
 def _edge_cases():
-    """Every edge case on one group; returns what each did (an error message, or
-    numbers)."""
+    """Every edge case on one group.
+
+    Returns what each did: an error message, or numbers.
+    """
     rank, world = dist.get_rank(), dist.get_world_size()
     ((x, y),) = global_batches(1, 4 * world, SIZES, dtype=torch.float64)
     micro = my_micro_batches(x, y, 4)

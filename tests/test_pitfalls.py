@@ -1,5 +1,7 @@
-"""Chapter 8: every pitfall fails the way the chapter says, every fix is exact, and the
-tools find them."""
+"""Chapter 8: every pitfall fails the way the chapter says, and every fix is exact.
+
+And the tools find them.
+"""
 
 import pytest
 import torch

@@ -59,8 +59,10 @@ def test_mylib_hooks_run_on_pytorch_ddp():
 
 
 def _many_buckets(steps=6):
-    """MyDDP with 1 KB buckets and PowerSGD: every rank must end with the very same
-    weights."""
+    """MyDDP with 1 KB buckets and PowerSGD.
+
+    Every rank must end with the very same weights.
+    """
     model = MyDDP(mlp((12, 32, 32, 6), seed=dist.get_rank()), bucket_cap_mb=0.001)
     model.register_comm_hook(
         PowerSGDState(None, 2, start_powerSGD_iter=2), powersgd_hook
@@ -123,7 +125,10 @@ def test_bytes_are_p_q_and_the_uncompressed_rest(rank):
 
 
 def _low_rank_gradients(rank, error_feedback):
-    """Each rank's gradient is one outer product, so the average has rank <= world size."""
+    """Each rank's gradient is one outer product.
+
+    So the average has rank <= world size.
+    """
     torch.manual_seed(dist.get_rank())
     model = MyDDP(torch.nn.Linear(32, 24, bias=False))
     x = torch.randn(1, 32)
@@ -162,8 +167,10 @@ def test_error_feedback_loses_nothing_only_delays():
 
 
 def _approximation_error(warm_start, steps=6):
-    """The same gradient every step (no error feedback): how far each step's
-    approximation is from it."""
+    """The same gradient every step (no error feedback).
+
+    Returns how far each step's approximation is from it.
+    """
     torch.manual_seed(0)
     model = MyDDP(torch.nn.Linear(32, 24, bias=False))
     model.register_comm_hook(

@@ -1,5 +1,4 @@
-"""The ring all-reduce built from send/recv: its schedule, its result and the bytes it
-sends."""
+"""The ring all-reduce from send/recv: its schedule, its result, the bytes it sends."""
 
 import math
 
@@ -91,8 +90,10 @@ def test_chunk_bounds_rejects_no_chunks():
 
 
 def _compare_with_gloo(shapes, dtype, op):
-    """Ring and dist.all_reduce on the same data: (max diff, measured bytes, predicted
-    bytes) per shape."""
+    """Ring and dist.all_reduce on the same data.
+
+    Returns (max diff, measured bytes, predicted bytes) per shape.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     out = []
     for i, shape in enumerate(shapes):
@@ -209,8 +210,10 @@ def test_subgroup_uses_global_ranks_of_its_members():
 
 
 def _phase_one_states():
-    """Bit-mask data: after phase 1 the real tensors say who holds what; compare with
-    the simulation."""
+    """Bit-mask data: after phase 1 the real tensors say who holds what.
+
+    The test compares them with the simulation.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     x = torch.full((n,), float(2**rank))
     chunks = [x[start:stop] for start, stop in chunk_bounds(n, n)]

@@ -1,5 +1,7 @@
-"""Chapter 7: the scaling model, its figure, stragglers, and local SGD on real gloo
-groups."""
+"""Chapter 7: the scaling model, its figure, stragglers, and local SGD.
+
+Local SGD runs on real gloo groups.
+"""
 
 import random
 import re
@@ -96,8 +98,10 @@ def test_gradient_sizes_do_not_shrink():
     cap_mb=st.sampled_from([0, 1, 25, 100]),
 )
 def test_bucketed_comm_closed_form(n, k, tensor_mb, alpha_us, gbps, cap_mb):
-    """K buckets cost 2(n-1) K alpha + 2(n-1)/n G / beta, and the timeline's link is
-    busy exactly that long."""
+    """K buckets cost 2(n-1) K alpha + 2(n-1)/n G / beta.
+
+    And the timeline's link is busy exactly that long.
+    """
     layers = [Layer(f"l{i}", 0.001, [int(tensor_mb * MB)]) for i in range(k)]
     alpha, beta = alpha_us * 1e-6, gbps * 1e9
     sizes = bucket_bytes(layers, int(cap_mb * MB))
@@ -173,8 +177,10 @@ def test_scaling_figure_draws_the_model_numbers():
 
 
 def test_scaling_figure_runs_in_the_browser():
-    """The render function imports only the standard library and stdlib-only mylib
-    modules."""
+    """The render function imports only the standard library.
+
+    Or mylib modules that themselves import only the standard library.
+    """
     browser = pytest.importorskip("mylib.figures.browser")
     modules = browser.module_closure("mylib.figures.scaling")
     assert {
@@ -218,7 +224,7 @@ def _train_local_sgd(sync_every, steps, use_torch_averager, seed=0):
     from mylib.comm import count_bytes
     from mylib.local_sgd import LocalSGD
 
-    rank, n = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     torch.manual_seed(
         seed + rank
     )  # different initial weights: the broadcast must fix them

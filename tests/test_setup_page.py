@@ -1,5 +1,7 @@
-"""The setup page's torchrun example runs as printed (book/setup.md), under torchrun, on
-the CPU."""
+"""The setup page's torchrun example (book/setup.md) runs as printed under torchrun.
+
+It runs on the CPU.
+"""
 
 import os
 import pathlib

@@ -1,5 +1,7 @@
-"""The timeline model (mylib.models.timeline), its drawing (mylib.figures.timeline) and
-chapter 3's figures (mylib.figures.ddp)."""
+"""The timeline model, its drawing and chapter 3's figures.
+
+mylib.models.timeline, mylib.figures.timeline and mylib.figures.ddp.
+"""
 
 import math
 import xml.etree.ElementTree as ET

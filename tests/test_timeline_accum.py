@@ -1,5 +1,7 @@
-"""The accumulation timeline (chapter 4's figure): communication only on the last
-micro-step with no_sync."""
+"""The accumulation timeline (chapter 4's figure).
+
+With no_sync, communication happens only on the last micro-step.
+"""
 
 import re
 

@@ -1,5 +1,6 @@
-"""The tracer (mylib.tracer) and the calibration run (mylib.experiments.calibrate): real
-MyDDP steps on gloo ranks.
+"""The tracer (mylib.tracer) and the calibration run (mylib.experiments.calibrate).
+
+Both are tested on real MyDDP steps on gloo ranks.
 
 No timing is asserted (the machine is shared); what is asserted is the
 structure: every event lands in the right span, in a consistent order, and

@@ -1,5 +1,7 @@
-"""ZeRO-1 (ShardedOptimizer) on real gloo groups: equal to one process and to PyTorch's
-ZeroRedundancyOptimizer."""
+"""ZeRO-1 (ShardedOptimizer) on real gloo groups.
+
+Equal to one process and to PyTorch's ZeroRedundancyOptimizer.
+"""
 
 import pytest
 import torch
@@ -159,8 +161,10 @@ def _sgd_with_scheduler(config, sharded):
 
 
 def test_any_elementwise_optimizer_and_an_lr_scheduler():
-    """SGD with momentum; StepLR edits the outer groups' lr, which must reach the
-    shards' optimizer."""
+    """SGD with momentum, and StepLR editing the outer groups' lr.
+
+    The lr must reach the shards' optimizer.
+    """
     reference = _sgd_with_scheduler(CHECK, sharded=False)
     for params in run_ranks(_sgd_with_scheduler, 2, args=(CHECK, True), timeout_s=120):
         assert max_param_diff(params, reference) < TOL

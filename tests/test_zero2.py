@@ -1,5 +1,7 @@
-"""ZeRO-2 (ShardedGradOptimizer) on real gloo groups: equal to one process, gradients
-sharded during backward."""
+"""ZeRO-2 (ShardedGradOptimizer) on real gloo groups.
+
+Equal to one process, with gradients sharded during backward.
+"""
 
 import pytest
 import torch
@@ -21,8 +23,10 @@ TOL = 1e-6  # float32, 10 steps of AdamW
 
 
 def _train(config, caps_mb, micro_steps):
-    """ZeRO-2 for each bucket cap; ``micro_steps`` backwards (gradient accumulation) per
-    optimizer step."""
+    """ZeRO-2 for each bucket cap.
+
+    ``micro_steps`` backwards (gradient accumulation) per optimizer step.
+    """
     rank, world = dist.get_rank(), dist.get_world_size()
     out = {}
     for cap in caps_mb:
@@ -60,8 +64,10 @@ def _train(config, caps_mb, micro_steps):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_equals_single_process_for_any_bucket_cap(world):
-    """Tied and frozen parameters; one bucket per parameter, several buckets, one
-    bucket."""
+    """Tied and frozen parameters, bucketed three ways.
+
+    One bucket per parameter, several buckets, one bucket.
+    """
     reference = train_single(CHECK)
     caps = [0.0, CHECK["bucket_cap_mb"], 25.0]
     for result in run_ranks(_train, world, args=(CHECK, caps, 1), timeout_s=180):
@@ -84,8 +90,10 @@ def test_equals_single_process_for_any_bucket_cap(world):
 
 
 def test_gradient_accumulation_equals_one_big_batch():
-    """Two backwards per step (each half of the rank's share, loss halved) add up in the
-    shards."""
+    """Two backwards per step add up in the shards.
+
+    Each backward takes half of the rank's share, with the loss halved.
+    """
     reference = train_single(CHECK)
     for result in run_ranks(
         _train, 2, args=(CHECK, [CHECK["bucket_cap_mb"]], 2), timeout_s=120

@@ -1,5 +1,7 @@
-"""ZeRO-3 (ShardedModel) on real gloo groups: equal to one process and to PyTorch's
-FSDP; only shards survive."""
+"""ZeRO-3 (ShardedModel) on real gloo groups.
+
+Equal to one process and to PyTorch's FSDP; only shards survive.
+"""
 
 import pytest
 import torch
@@ -23,8 +25,10 @@ TOL = 1e-6  # float32, 10 steps of AdamW
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_equals_single_process_and_pytorch_fsdp(world):
-    """Tied and frozen parameters, two parameter groups, a unit per block; with and
-    without prefetch."""
+    """Tied and frozen parameters, two parameter groups, a unit per block.
+
+    With and without prefetch.
+    """
     reference = train_single(CHECK)
     setups = ["zero3", "zero3-prefetch", "torch-fsdp"]
     results = run_ranks(train_setups, world, args=(setups, CHECK), timeout_s=240)

@@ -1,5 +1,7 @@
-"""The ZeRO-3 timeline model (all-gathers before each layer's forward and backward) and
-its figure."""
+"""The ZeRO-3 timeline model and its figure.
+
+The model all-gathers before each layer's forward and backward.
+"""
 
 import xml.etree.ElementTree as ET
 

@@ -1,5 +1,6 @@
-"""Measured against the model: bytes each rank holds and sends, for DDP and every ZeRO
-stage, on 2 and 4 ranks.
+"""Measured against the model: the bytes each rank holds and sends.
+
+For DDP and every ZeRO stage, on 2 and 4 ranks.
 
 The model (:mod:`mylib.models.memory`) in float32: 4-byte parameters and gradients,
 K = 8 (Adam's two moments). The measurement counts the tensors a rank holds

@@ -1,5 +1,6 @@
-"""Every ZeRO stage equals single-process training for varied shapes, world sizes and
-bucket caps.
+"""Every ZeRO stage equals single-process training.
+
+For varied shapes, world sizes and bucket caps.
 
 In float64: tiny random models (a LayerNorm over two features, say) amplify
 float32 rounding into visible differences for *any* data-parallel run, PyTorch's

@@ -1,5 +1,4 @@
-"""The slider figure of chapter 1: what a ring all-reduce costs, by the alpha-beta
-model.
+"""Chapter 1's slider figure: what a ring all-reduce costs, by the alpha-beta model.
 
 :func:`allreduce_cost_figure` draws two log-log panels and a line of numbers:
 
@@ -12,8 +11,9 @@ model.
 * the numbers: the predicted time, each term's share, which regime the
   message is in, and the bytes each rank sends.
 
-Standard library only (with :mod:`mylib.figures.svg` and :mod:`mylib.models.costmodel`):
-the static site runs this very function in the reader's browser.
+Standard library only (with :mod:`mylib.figures.svg` and
+:mod:`mylib.models.costmodel`): the static site runs this very function in the
+reader's browser.
 """
 
 import math
@@ -45,15 +45,18 @@ class _LogAxes:
         )
 
     def polyline(self, points, **attrs):
+        # clip to the panel
         points = [
             (a, b) for a, b in points if 10 ** self.ly[0] <= b <= 10 ** self.ly[1]
-        ]  # clip to the panel
+        ]
         if len(points) < 2:
             return
         coords = " ".join(f"{self.px(a):.1f},{self.py(b):.1f}" for a, b in points)
         self.svg.raw(
-            f'<polyline points="{coords}" fill="none" stroke="{attrs.get("stroke", PALETTE["text"])}" '
-            f'stroke-width="{attrs.get("width", 2)}" stroke-dasharray="{attrs.get("dash", "none")}"/>'
+            f'<polyline points="{coords}" fill="none" '
+            f'stroke="{attrs.get("stroke", PALETTE["text"])}" '
+            f'stroke-width="{attrs.get("width", 2)}" '
+            f'stroke-dasharray="{attrs.get("dash", "none")}"/>'
         )
 
     def frame(self, x_ticks, x_label, y_label, x_format):
@@ -121,8 +124,7 @@ class _LogAxes:
 
 
 def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1.0):
-    """SVG of the predicted ring all-reduce time for ``nbytes`` over ``world_size``
-    ranks.
+    """SVG: predicted ring all-reduce time for ``nbytes`` over ``world_size`` ranks.
 
     ``alpha_us`` is the latency per message in microseconds, ``beta_gbps``
     the link bandwidth in GB/s (10^9 bytes per second); sizes are binary
@@ -130,7 +132,8 @@ def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1
     """
     if not (MIN_BYTES <= nbytes <= MAX_BYTES and 2 <= world_size):
         raise ValueError(
-            f"need 1 <= nbytes <= 2**32 and world_size >= 2, got {nbytes} and {world_size}"
+            "need 1 <= nbytes <= 2**32 and world_size >= 2, "
+            f"got {nbytes} and {world_size}"
         )
     alpha, beta = alpha_us * 1e-6, beta_gbps * 1e9
     n, b = world_size, nbytes
@@ -240,18 +243,20 @@ def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1
     regime = "latency-bound" if b < cross else "bandwidth-bound"
     lines = [
         (
-            f"Ring all-reduce of {format_bytes(b)} over {n} ranks: {format_seconds(total)} predicted "
+            f"Ring all-reduce of {format_bytes(b)} over {n} ranks: "
+            f"{format_seconds(total)} predicted "
             f"(α = {alpha_us:g} µs, β = {beta_gbps:g} GB/s)",
             "summary",
         ),
         (
-            f"= latency 2(n-1)α = {format_seconds(lat)} ({100 * lat / total:.0f}%)  +  bandwidth 2(n-1)/n·b/β = "
-            f"{format_seconds(bw)} ({100 * bw / total:.0f}%)",
+            f"= latency 2(n-1)α = {format_seconds(lat)} ({100 * lat / total:.0f}%)"
+            f"  +  bandwidth 2(n-1)/n·b/β = {format_seconds(bw)} "
+            f"({100 * bw / total:.0f}%)",
             "terms",
         ),
         (
-            f"{regime}: the terms are equal at b = n·α·β = {format_bytes(cross)};  each rank sends "
-            f"2(n-1)/n·b = {format_bytes(2 * (n - 1) * b / n)}",
+            f"{regime}: the terms are equal at b = n·α·β = {format_bytes(cross)};  "
+            f"each rank sends 2(n-1)/n·b = {format_bytes(2 * (n - 1) * b / n)}",
             "regime",
         ),
     ]

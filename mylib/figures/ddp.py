@@ -28,7 +28,8 @@ def strip_moments(timeline):
         comm and backward and opt and len(comm) >= 2 and timeline.exposed_comm_s > 0
     ):
         raise ValueError(
-            "the strip needs a forward, an optimizer step, >= 2 buckets and some exposed communication"
+            "the strip needs a forward, an optimizer step, >= 2 buckets "
+            "and some exposed communication"
         )
     t0 = timeline.start_s
     first = comm[0].start_s - t0
@@ -52,8 +53,11 @@ BUCKET_STATES = {
 
 
 def bucket_states(timeline, t):
-    """Each bucket at time ``t``: filling (gradients missing), queued (ready, link
-    busy), all-reducing, averaged."""
+    """The state of each bucket at time ``t``.
+
+    A bucket is filling (gradients missing), queued (ready, link busy),
+    all-reducing or averaged.
+    """
     states = []
     for span in (s for s in timeline.spans if s.kind == "allreduce"):
         ready, start, end = (
@@ -72,8 +76,10 @@ def bucket_states(timeline, t):
 
 
 def ddp_step_strip(timeline, *, width=780):
-    """Six panels of one DDP step, each the timeline up to a moment, with every bucket's
-    state."""
+    """Six panels of one DDP step, each the timeline up to a moment.
+
+    Every panel also shows each bucket's state (:func:`bucket_states`).
+    """
     moments = strip_moments(timeline)
     cols, panel_w, panel_h = 2, width / 2, 124
     rows = (len(STRIP_CAPTIONS) + cols - 1) // cols

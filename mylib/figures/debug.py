@@ -1,4 +1,4 @@
-"""The picture of chapter 8: collectives are matched by their order, not by their names.
+"""Chapter 8's picture: collectives are matched by their order, not by their names.
 
 :func:`collective_pairing_figure` draws three runs of two ranks, each a row
 of the collectives a rank calls, and links the calls that the backend pairs
@@ -26,7 +26,8 @@ CASES = [  # (title, rank 0's calls, rank 1's calls, verdict)
         "hang",
     ),
     (
-        "same shapes swapped: the backend cannot tell; rank 1's metric is summed into rank 0's gradient",
+        "same shapes swapped: the backend cannot tell; "
+        "rank 1's metric is summed into rank 0's gradient",
         ("all_reduce(grad)", "all_reduce(metric)"),
         ("all_reduce(metric)", "all_reduce(grad)"),
         "silent",

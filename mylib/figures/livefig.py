@@ -5,23 +5,24 @@ fragment), written with the standard library only in a mylib module, plus the
 sliders that choose its arguments::
 
     from mylib.figures.livefig import LiveFigure, Slider
-    from mylib.figures.ddp import bucketing_figure
+    from mylib.figures.timeline import bucketing_figure
 
     LiveFigure(bucketing_figure, [
         Slider("n_layers", "layers", min=2, max=96, step=1, default=24),
-        Slider("bucket_cap_mb", "bucket cap", options=[("0 (per parameter)", 0.0), ("25 MB", 25.0)], default=25.0),
+        Slider("bucket_cap_mb", "bucket cap", default=25.0,
+               options=[("0 (per parameter)", 0.0), ("25 MB", 25.0)]),
     ])
 
 Displayed in Jupyter, it is an ipywidgets box: moving a slider calls ``render``
 in the kernel and replaces the drawing (``redraw_s`` keeps how long each redraw
-took). The same display also carries a ``text/html`` *static twin*: the
-default drawing, plain HTML range inputs, and data attributes naming the render
+took). The same display also carries a ``text/html`` *static twin*: the default
+drawing, plain HTML range inputs, and data attributes naming the render
 function and the sliders. The book's build prefers that twin over the widget
 (``nb_mime_priority_overrides`` in ``_config.yml``), so the page shows the
 default figure at once; ``_static/livefig.js`` loads Pyodide on the first
 slider move, copies the mylib modules the function needs (see
-:mod:`mylib.figures.browser`) into it and calls :func:`render_positions` with the
-slider positions: the very same Python draws the figure in the page.
+:mod:`mylib.figures.browser`) into it and calls :func:`render_positions` with
+the slider positions: the very same Python draws the figure in the page.
 
 Only the standard library is imported at module level: this file also runs in
 the browser. ipywidgets is imported when a widget is first built.
@@ -71,16 +72,16 @@ class Slider:
                 )
             self.labels = [str(label_) for label_, _ in pairs]
             self.options = [value for _, value in pairs]
-            json.dumps(
-                self.options
-            )  # raises TypeError on values the browser cannot receive
+            # raises TypeError on values the browser cannot receive
+            json.dumps(self.options)
             self.kind, self.default = (
                 "options",
                 self.options[0] if default is None else default,
             )
             if self.default not in self.options:
                 raise ValueError(
-                    f"slider {name!r}: default {default!r} is not one of the options {self.options}"
+                    f"slider {name!r}: default {default!r} "
+                    f"is not one of the options {self.options}"
                 )
             return
         if None in (min, max, step):
@@ -89,7 +90,8 @@ class Slider:
             )
         if not (step > 0 and max > min):
             raise ValueError(
-                f"slider {name!r}: need step > 0 and max > min, got min={min}, max={max}, step={step}"
+                f"slider {name!r}: need step > 0 and max > min, "
+                f"got min={min}, max={max}, step={step}"
             )
         default = min if default is None else default
         is_int = all(
@@ -116,11 +118,11 @@ class Slider:
         self.default = self.value_at(default)
 
     def value_at(self, position):
-        """The value at a slider position: an option's index, or a number snapped to the
-        step and range.
+        """The value at a slider position.
 
-        Jupyter and the browser both pass their raw positions through here, so
-        both call ``render`` with exactly the same values.
+        The position is an option's index, or a number that is snapped to the
+        step and range. Jupyter and the browser both pass their raw positions
+        through here, so both call ``render`` with exactly the same values.
         """
         if self.kind == "options":
             return self.options[
@@ -146,8 +148,10 @@ class Slider:
         return f"{number} {self.unit}".strip()
 
     def spec(self):
-        """The slider as JSON-ready data, for the browser (:meth:`from_spec` rebuilds
-        it)."""
+        """The slider as JSON-ready data, for the browser.
+
+        :meth:`from_spec` rebuilds it.
+        """
         if self.kind == "options":
             return {
                 "name": self.name,
@@ -195,11 +199,10 @@ class Slider:
 
 
 def render_positions(module, function, specs_json, positions_json):
-    """Render ``module.function`` at slider positions given as JSON (what the browser
-    calls).
+    """Render ``module.function`` at slider positions given as JSON.
 
-    ``positions_json`` maps slider names to raw positions; missing names take
-    their defaults.
+    This is what the browser calls. ``positions_json`` maps slider names to raw
+    positions; missing names take their defaults.
     """
     sliders = [Slider.from_spec(spec) for spec in json.loads(specs_json)]
     positions = json.loads(positions_json)
@@ -223,7 +226,8 @@ class LiveFigure:
     def __init__(self, render, sliders, *, in_browser=True):
         if not callable(render):
             raise TypeError(
-                f"render must be a function returning an SVG string, got {type(render).__name__}"
+                "render must be a function returning an SVG string, "
+                f"got {type(render).__name__}"
             )
         self.render = render
         self.sliders = [s if isinstance(s, Slider) else Slider(**s) for s in sliders]
@@ -235,7 +239,8 @@ class LiveFigure:
         missing = [n for n in names if n not in params and not takes_any]
         if missing:
             raise ValueError(
-                f"{render.__name__}() has no argument(s) {missing}; name each slider after an argument"
+                f"{render.__name__}() has no argument(s) {missing}; "
+                "name each slider after an argument"
             )
         self.module, self.function = render.__module__, render.__qualname__
         # mylib modules the browser needs; None: no interactivity on the static site
@@ -243,9 +248,10 @@ class LiveFigure:
         if in_browser:
             if not self.module.startswith("mylib.") or "." in self.function:
                 raise ValueError(
-                    f"{self.module}.{self.function} cannot run on the static site: the render function must be "
-                    f"a module-level function in a mylib module (standard library only). Move it there, or pass "
-                    f"in_browser=False to keep it interactive in Jupyter only."
+                    f"{self.module}.{self.function} cannot run on the static site: "
+                    "the render function must be a module-level function in a "
+                    "mylib module (standard library only). Move it there, or pass "
+                    "in_browser=False to keep it interactive in Jupyter only."
                 )
             self.modules = sorted(
                 set(browser.module_closure(self.module))
@@ -256,30 +262,42 @@ class LiveFigure:
         self._widget = None
 
     def svg(self, **values):
-        """The drawing for the current values, overridden by ``values`` (names are
-        checked)."""
+        """The drawing for the current values, overridden by ``values``.
+
+        The names in ``values`` must be slider names.
+        """
         unknown = set(values) - set(self.values)
         if unknown:
             raise ValueError(
-                f"unknown slider(s) {sorted(unknown)}; the sliders are {list(self.values)}"
+                f"unknown slider(s) {sorted(unknown)}; "
+                f"the sliders are {list(self.values)}"
             )
         return self.render(**{**self.values, **values})
 
     def static_html(self):
-        """The static twin: default drawing, HTML range inputs, and what the browser
-        needs to redraw."""
+        """The static twin, an HTML fragment.
+
+        It holds the default drawing, HTML range inputs, and what the browser
+        needs to redraw.
+        """
         controls = []
         for s in self.sliders:
             default = s.default
             if s.kind == "options":
-                rng = f'min="0" max="{len(s.options) - 1}" step="1" value="{s.options.index(default)}"'
+                rng = (
+                    f'min="0" max="{len(s.options) - 1}" step="1" '
+                    f'value="{s.options.index(default)}"'
+                )
             else:
                 rng = f'min="{s.min}" max="{s.max}" step="{s.step}" value="{default}"'
             disabled = "" if self.modules else " disabled"
             controls.append(
-                f'<label class="livefig-control"><span class="livefig-label">{html.escape(s.label)}</span>'
-                f'<input type="range" name="{s.name}" {rng}{disabled} aria-label="{html.escape(s.label)}">'
-                f'<output class="livefig-readout">{html.escape(s.text(default))}</output></label>'
+                '<label class="livefig-control"><span class="livefig-label">'
+                f"{html.escape(s.label)}</span>"
+                f'<input type="range" name="{s.name}" {rng}{disabled} '
+                f'aria-label="{html.escape(s.label)}">'
+                '<output class="livefig-readout">'
+                f"{html.escape(s.text(default))}</output></label>"
             )
         if self.modules:
             data = (
@@ -287,14 +305,16 @@ class LiveFigure:
                 f' data-modules="{html.escape(json.dumps(self.modules))}"'
             )
             note = (
-                f"Move a slider: the book's own Python (<code>{self.module}.{self.function}</code>) redraws "
-                f"the figure in your browser. The first move loads Python, which takes a few seconds."
+                "Move a slider: the book's own Python "
+                f"(<code>{self.module}.{self.function}</code>) redraws the figure in "
+                "your browser. The first move loads Python, which takes a few seconds."
             )
         else:
             data, note = "", "Run this chapter in Jupyter to move the sliders."
         specs = html.escape(json.dumps([s.spec() for s in self.sliders]))
         return (
-            f'<div class="livefig" data-state="static" data-renders="0"{data} data-sliders="{specs}">'
+            f'<div class="livefig" data-state="static" data-renders="0"{data} '
+            f'data-sliders="{specs}">'
             f'<div class="livefig-controls">{"".join(controls)}</div>'
             f'<div class="livefig-figure">{self.svg()}</div>'
             f'<p class="livefig-status">{note}</p></div>'

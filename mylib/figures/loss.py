@@ -15,22 +15,21 @@ Standard library only: the static site runs this function in the browser.
 
 from mylib.figures.svg import PALETTE, Svg
 
-RANK_COLORS = [
-    "#4e79a7",
-    "#f28e2b",
-]  # the colours of ranks 0 and 1 in mylib.figures.ring
+# the colours of ranks 0 and 1 in mylib.figures.ring
+RANK_COLORS = ["#4e79a7", "#f28e2b"]
 
 
 def loss_weights(tokens_rank0, tokens_rank1, loss_rank0, loss_rank1):
-    """The two losses and the per-token weights: a dict (NaN where PyTorch's mean
-    divides 0 by 0)."""
+    """The two losses and the per-token weights, as a dict.
+
+    A value is NaN where PyTorch's mean divides 0 by 0.
+    """
     counts, losses = (tokens_rank0, tokens_rank1), (loss_rank0, loss_rank1)
     if min(counts) < 0:
         raise ValueError(f"token counts cannot be negative, got {counts}")
     nan = float("nan")
-    rank_means = [
-        losses[r] if counts[r] else nan for r in range(2)
-    ]  # F.cross_entropy of no tokens is 0/0
+    # F.cross_entropy of no tokens is 0/0
+    rank_means = [losses[r] if counts[r] else nan for r in range(2)]
     total = sum(counts)
     return {
         "mean_of_means": sum(rank_means) / 2,
@@ -45,13 +44,14 @@ def loss_weights(tokens_rank0, tokens_rank1, loss_rank0, loss_rank1):
 def token_weights_figure(
     tokens_rank0=3, tokens_rank1=1, loss_rank0=1.0, loss_rank1=3.0
 ):
-    """SVG: one bar per target token, its height its weight, under both normalisations."""
+    """SVG: one bar per target token, its height its weight under each normalisation."""
     w = loss_weights(tokens_rank0, tokens_rank1, loss_rank0, loss_rank1)
     counts = (tokens_rank0, tokens_rank1)
     svg = Svg(
         760,
         330,
-        label=f"mean of means {w['mean_of_means']:.3g}, token mean {w['token_mean']:.3g}",
+        label=f"mean of means {w['mean_of_means']:.3g}, "
+        f"token mean {w['token_mean']:.3g}",
     )
     rows = [
         ("mean of per-rank means", w["weight_mean_of_means"]),
@@ -95,7 +95,10 @@ def token_weights_figure(
     if mom != mom:
         verdict = "mean of means is NaN: a rank without target tokens divides 0 by 0"
     else:
-        verdict = f"mean of means = {mom:.4g}   vs   token mean = {tm:.4g}   (off by {mom - tm:+.4g})"
+        verdict = (
+            f"mean of means = {mom:.4g}   vs   token mean = {tm:.4g}   "
+            f"(off by {mom - tm:+.4g})"
+        )
     svg.text(20, 300, verdict, size=13, weight="bold", data_metric="verdict")
     ratio = (
         f"a rank-1 token weighs {counts[0] / counts[1]:.3g}x a rank-0 token"

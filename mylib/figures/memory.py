@@ -1,14 +1,13 @@
-"""Chapter 6's memory calculator: per-rank memory of DDP and the ZeRO stages, as stacked
-bars.
+"""Chapter 6's memory calculator: per-rank memory under DDP and ZeRO, as stacked bars.
 
 :func:`memory_figure` is the render function of the chapter's
-:class:`mylib.figures.livefig.LiveFigure`: for a model size, a rank count, a chosen
-stage and K (optimizer bytes per parameter) it draws one bar per setup
+:class:`mylib.figures.livefig.LiveFigure`: for a model size, a rank count, a
+chosen stage and K (optimizer bytes per parameter) it draws one bar per setup
 (DDP, ZeRO-1, ZeRO-2, ZeRO-3), each stacked from parameters, gradients and
 optimizer state, with the 80 GB of one large GPU as a line; the chosen stage
-is drawn solid, the others faint. Beside the bars: the chosen stage's
-numbers, whether it fits, the fewest ranks at which it would, and the bytes
-it sends per step. Every number also sits in the SVG as ``data-metric`` /
+is drawn solid, the others faint. Beside the bars: the chosen stage's numbers,
+whether it fits, the fewest ranks at which it would, and the bytes it sends
+per step. Every number also sits in the SVG as ``data-metric`` /
 ``data-value`` attributes, so a test can read it exactly.
 
 Mixed precision throughout (2-byte parameters and gradients), as in the ZeRO
@@ -34,7 +33,8 @@ PARTS = (
 )
 WIDTH, HEIGHT = 760, 360
 LEFT, TOP, PLOT_W, PLOT_H = 58, 40, 380, 250
-CLIP_AT = 3 * GPU_GB  # taller bars are cut (and say so): the 80 GB line stays readable
+# taller bars are cut (and say so): the 80 GB line stays readable
+CLIP_AT = 3 * GPU_GB
 
 
 def _gb(value):
@@ -51,8 +51,10 @@ def _params_text(num_params):
 
 
 def memory_figure(params_b=7.5, world_size=64, stage=3, k=12):
-    """SVG: per-rank memory of every stage for ``params_b`` billion parameters on
-    ``world_size`` ranks."""
+    """SVG: per-rank memory of every stage for ``params_b`` billion parameters.
+
+    The model is trained on ``world_size`` ranks.
+    """
     num_params = params_b * 1e9
     bars = {s: memory_per_rank(num_params, world_size, s, k).gb() for s in STAGES}
     tallest = max(bar["total"] for bar in bars.values())
@@ -60,7 +62,8 @@ def memory_figure(params_b=7.5, world_size=64, stage=3, k=12):
     fig = Svg(
         WIDTH,
         HEIGHT,
-        label=f"per-rank memory of DDP and ZeRO for {_params_text(num_params)} parameters",
+        label="per-rank memory of DDP and ZeRO for "
+        f"{_params_text(num_params)} parameters",
     )
     fig.text(
         LEFT,
@@ -103,15 +106,15 @@ def memory_figure(params_b=7.5, world_size=64, stage=3, k=12):
                 title=f"{STAGE_NAMES[s]}: {label} {_gb(bar[key])} GB",
             )
             base = top
-        if (
-            bar["total"] > y_top
-        ):  # cut: a white zig-zag across the top says the bar goes on
+        # cut: a white zig-zag across the top says the bar goes on
+        if bar["total"] > y_top:
             zig = " ".join(
                 f"{x + i * bar_w / 6:.1f},{y_of(y_top) + (6 if i % 2 else 12):.1f}"
                 for i in range(7)
             )
             fig.raw(
-                f'<polyline points="{zig}" fill="none" stroke="#ffffff" stroke-width="3"/>'
+                f'<polyline points="{zig}" fill="none" '
+                'stroke="#ffffff" stroke-width="3"/>'
             )
         fig.text(
             x + bar_w / 2,
@@ -240,17 +243,16 @@ def _panel(fig, num_params, world_size, stage, k, bar):
 
 
 def sharding_picture(world_size=4, k=12):
-    """SVG: what each of ``world_size`` ranks holds under DDP and each ZeRO stage (bar
-    lengths to scale).
+    """SVG: what each of ``world_size`` ranks holds under DDP and each ZeRO stage.
 
-    Each rank is one row of three bars, parameters (2 psi), gradients (2 psi)
-    and optimizer state (K psi); a sharded bar keeps only the rank's 1/N
-    slice, drawn in place, so the slices of all ranks tile the whole.
+    Bar lengths are to scale. Each rank is one row of three bars,
+    parameters (2 psi), gradients (2 psi) and optimizer state (K psi); a
+    sharded bar keeps only the rank's 1/N slice, drawn in place, so the
+    slices of all ranks tile the whole.
     """
     sizes = {"params": 2, "grads": 2, "optimizer": k}
-    unit = 150 / (
-        4 + k
-    )  # pixels per byte-per-parameter: a whole DDP row is 150 px plus the gaps
+    # pixels per byte-per-parameter: a whole DDP row is 150 px plus the gaps
+    unit = 150 / (4 + k)
     col_w, row_h, top = 190, 22, 46
     fig = Svg(
         col_w * len(STAGES) + 20,
@@ -304,8 +306,8 @@ def sharding_picture(world_size=4, k=12):
     return fig.to_string()
 
 
-# The sliders of the chapter's LiveFigure(memory_figure, MEMORY_SLIDERS) (dicts: no
-# import of livefig here).
+# The sliders of the chapter's LiveFigure(memory_figure, MEMORY_SLIDERS), as
+# dicts: no import of livefig here.
 MEMORY_SLIDERS = [
     dict(
         name="params_b",

@@ -1,4 +1,4 @@
-"""Pictures of who holds what: before and after a collective, and each step of the ring.
+"""Pictures of who holds what, before and after a collective and at each ring step.
 
 A *holdings* grid has one row per rank and one column per chunk of the
 tensor. Each cell is the set of ranks whose data it contains (drawn as
@@ -33,8 +33,10 @@ EMPTY_COLOR = "#f2f2f2"
 
 
 def contributors(mask):
-    """The ranks named by the bits of a bit-mask value (``5.0`` means ranks 0 and 2);
-    NaN means not held."""
+    """The ranks named by the bits of a bit-mask value (``5.0`` means ranks 0 and 2).
+
+    NaN means not held, and gives None.
+    """
     if mask is None or (isinstance(mask, float) and math.isnan(mask)):
         return None
     value = int(round(mask))
@@ -46,8 +48,10 @@ def contributors(mask):
 
 
 def holdings(rows):
-    """A holdings grid from per-rank lists of bit-mask values (NaN where the rank holds
-    nothing)."""
+    """A holdings grid from per-rank lists of bit-mask values.
+
+    A value is NaN where the rank holds nothing.
+    """
     return [[contributors(float(v)) for v in row] for row in rows]
 
 
@@ -60,8 +64,10 @@ def _cell_label(ranks, n):
 
 
 def draw_holdings(ax, grid, title="", highlight=(), n_ranks=None):
-    """Draw one holdings grid on a matplotlib axis; cells in ``highlight`` (rank, chunk)
-    get a bold frame."""
+    """Draw one holdings grid on a matplotlib axis.
+
+    Cells in ``highlight``, as ``(rank, chunk)`` pairs, get a bold frame.
+    """
     n_rows, n_cols = len(grid), len(grid[0])
     n = n_ranks or n_rows
     for r, row in enumerate(grid):
@@ -133,8 +139,10 @@ def draw_holdings(ax, grid, title="", highlight=(), n_ranks=None):
 
 
 def collectives_figure(panels):
-    """One row per collective, before and after: ``panels`` is a list of ``(name,
-    before, after)`` grids."""
+    """One row per collective, before and after.
+
+    ``panels`` is a list of ``(name, before, after)`` grids.
+    """
     fig, axes = plt.subplots(
         len(panels), 2, figsize=(6.4, 2.6 * len(panels)), squeeze=False
     )
@@ -153,11 +161,11 @@ def collectives_figure(panels):
 
 
 def ring_figure(n):
-    """Every step of a ring all-reduce on ``n`` ranks, from
-    :func:`mylib.ring.simulate_ring`.
+    """Every step of a ring all-reduce on ``n`` ranks.
 
-    Cells that a step changed have a bold frame. The first row is the start
-    and the reduce-scatter phase; the second, the all-gather phase.
+    The states come from :func:`mylib.ring.simulate_ring`. Cells that a step
+    changed have a bold frame. The first row is the start and the
+    reduce-scatter phase; the second, the all-gather phase.
     """
     states, steps = simulate_ring(n), ring_steps(n)
     cols = n
@@ -188,8 +196,7 @@ def ring_figure(n):
 
 
 def data_parallel_step_figure(world_size=2):
-    """One step of data parallelism: split the batch, compute on every rank, average,
-    step alike.
+    """A data-parallel step: split the batch, compute on all ranks, average, step alike.
 
     A schematic (boxes and arrows), drawn by code so that it follows
     ``world_size`` and the rank colours of the other pictures.

@@ -4,17 +4,17 @@
 trained at a fixed global batch, against the number of ranks (1 to 1024):
 
 * left, one rank's backward (falling as 1/n: only the backward can hide
-  communication), the all-reduces of its buckets (rising: the bandwidth
-  term towards 2G/β, the latency term 2(n-1)α per bucket without bound)
-  and the step time from the timeline model
-  (:func:`mylib.models.scaling.scaled_step`); past their crossing, the shaded
-  region, the step is bound by communication;
+  communication), the all-reduces of its buckets (rising: the bandwidth term
+  towards 2G/β, the latency term 2(n-1)α per bucket without bound) and the step
+  time from the timeline model (:func:`mylib.models.scaling.scaled_step`); past
+  their crossing, the shaded region, the step is bound by communication;
 * right, the efficiency (speed-up / n) at that fixed global batch, and, dashed,
   at a fixed batch per rank (the global batch grows with n instead);
 * the numbers at the chosen rank count.
 
-Standard library only (with :mod:`mylib.figures.svg`, :mod:`mylib.models.scaling`): the
-static site runs this very function in the reader's browser.
+Standard library only (with :mod:`mylib.figures.svg`,
+:mod:`mylib.models.scaling`): the static site runs this very function in the
+reader's browser.
 """
 
 import math
@@ -96,8 +96,8 @@ class _Axes:
         coords = " ".join(f"{self.px(n):.1f},{self.py(v):.1f}" for n, v in points)
         extra = f' data-metric="{metric}"' if metric else ""
         self.svg.raw(
-            f'<polyline points="{coords}" fill="none" stroke="{stroke}" stroke-width="{width}" '
-            f'stroke-dasharray="{dash}"{extra}/>'
+            f'<polyline points="{coords}" fill="none" stroke="{stroke}" '
+            f'stroke-width="{width}" stroke-dasharray="{dash}"{extra}/>'
         )
 
 
@@ -117,12 +117,12 @@ def scaling_rows(
     bucket_cap_mb=25.0,
     ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 ):
-    """The figure's data: :func:`mylib.models.scaling.scaling_table` rows at a fixed
-    global batch, with ``batch_per_rank``.
+    """The figure's data: :func:`mylib.models.scaling.scaling_table` rows.
 
-    The backward of the whole global batch on one rank is ``global_batch x
-    backward_ms_per_sample``; a forward costs half that. Rank counts beyond the
-    global batch (less than one sample per rank) are left out.
+    The rows are at a fixed global batch, each with its ``batch_per_rank``.
+    The backward of the whole global batch on one rank is
+    ``global_batch x backward_ms_per_sample``; a forward costs half that.
+    Rank counts beyond the global batch (under one sample per rank) are left out.
     """
     layers, forward_s = _layers(global_batch, backward_ms_per_sample, grad_gb)
     rows = scaling_table(
@@ -147,8 +147,10 @@ def weak_efficiency(
     alpha_us,
     bucket_cap_mb,
 ):
-    """Efficiency at a fixed batch per rank: one rank's step on that batch over the step
-    on ``ranks`` ranks."""
+    """Efficiency at a fixed batch per rank.
+
+    One rank's step time on that batch, divided by the step time on ``ranks`` ranks.
+    """
     layers, forward_s = _layers(batch_per_rank, backward_ms_per_sample, grad_gb)
     args = (alpha_us * 1e-6, bandwidth_gb_s * 1e9, bucket_cap_mb * MB)
     one = scaled_step(layers, 1, *args, mode=WEAK, forward_s=forward_s)
@@ -167,8 +169,10 @@ def scaling_figure(
     alpha_us=5.0,
     bucket_cap_mb=25.0,
 ):
-    """SVG: step time and efficiency against rank count at a fixed global batch, numbers
-    at ``ranks``."""
+    """SVG: step time and efficiency against rank count at a fixed global batch.
+
+    The numbers printed below are those at ``ranks`` ranks.
+    """
     if not (
         1 <= ranks <= MAX_RANKS
         and global_batch >= 1
@@ -176,7 +180,8 @@ def scaling_figure(
         and bandwidth_gb_s > 0
     ):
         raise ValueError(
-            "need 1 <= ranks <= 1024, global_batch >= 1, grad_gb > 0 and bandwidth_gb_s > 0"
+            "need 1 <= ranks <= 1024, global_batch >= 1, "
+            "grad_gb > 0 and bandwidth_gb_s > 0"
         )
     rows = scaling_rows(
         global_batch,
@@ -277,9 +282,8 @@ def scaling_figure(
             ("step (timeline model)", PALETTE["text"]),
         )
     ):
-        y = (
-            left.y + left.h - 44 + 14 * i
-        )  # bottom left: the curves start high at one rank
+        # bottom left: the curves start high at one rank
+        y = left.y + left.h - 44 + 14 * i
         svg.line(left.x + 8, y, left.x + 26, y, stroke=colour, stroke_width=2.5)
         svg.text(left.x + 30, y + 4, label, size=10)
 
@@ -317,29 +321,36 @@ def scaling_figure(
             stroke_dasharray="2 3",
         )
         svg.raw(
-            f'<circle cx="{axes.px(at["ranks"]):.1f}" cy="{axes.py(value):.1f}" r="5" fill="{PALETTE["comm"]}" '
-            f'stroke="{PALETTE["text"]}"/>'
+            f'<circle cx="{axes.px(at["ranks"]):.1f}" cy="{axes.py(value):.1f}" r="5" '
+            f'fill="{PALETTE["comm"]}" stroke="{PALETTE["text"]}"/>'
         )
 
     lines = [
         (
-            f"{at['ranks']} ranks, {at['batch_per_rank']:g} samples each: compute {format_seconds(at['compute_s'])}, "
-            f"all-reduces {format_seconds(at['comm_s'])}, exposed {format_seconds(at['exposed_comm_s'])}, "
+            f"{at['ranks']} ranks, {at['batch_per_rank']:g} samples each: "
+            f"compute {format_seconds(at['compute_s'])}, "
+            f"all-reduces {format_seconds(at['comm_s'])}, "
+            f"exposed {format_seconds(at['exposed_comm_s'])}, "
             f"step {format_seconds(at['step_s'])}: efficiency {at['efficiency']:.0%}",
             "summary",
         ),
         (
             (
-                f"Communication-bound from {bound} ranks (one rank's backward < its all-reduces); "
+                f"Communication-bound from {bound} ranks "
+                "(one rank's backward < its all-reduces); "
                 if bound
                 else "Never communication-bound up to 1024 ranks; "
             )
-            + f"bandwidth term → 2G/β = {format_seconds(ring_limit_s(grad_gb * 1e9, bandwidth_gb_s * 1e9))}",
+            + (
+                "bandwidth term → 2G/β = "
+                f"{format_seconds(ring_limit_s(grad_gb * 1e9, bandwidth_gb_s * 1e9))}"
+            ),
             "bound",
         ),
         (
-            f"Keeping {at['batch_per_rank']:g} samples per rank instead (the global batch grows): efficiency "
-            f"{weak_at:.0%} at {at['ranks']} ranks",
+            f"Keeping {at['batch_per_rank']:g} samples per rank instead "
+            "(the global batch grows): "
+            f"efficiency {weak_at:.0%} at {at['ranks']} ranks",
             "weak",
         ),
     ]

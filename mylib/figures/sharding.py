@@ -1,5 +1,4 @@
-"""The slider figure of chapter 8: how N samples are shared by n ranks, and when that
-hangs.
+"""Chapter 8's slider figure: how N samples are shared by n ranks, and when that hangs.
 
 :func:`sharding_figure` draws one row per rank: its samples in reading order,
 cut into batches (alternating shades), with samples read twice (the sampler's
@@ -7,8 +6,9 @@ padding) marked and samples never read listed. Underneath, the verdict: every
 rank takes the same number of steps, or some ranks take a step the others never
 join, so their all-reduce waits forever.
 
-Standard library only (with :mod:`mylib.figures.svg`, :mod:`mylib.models.sharding`): the
-static site runs this very function in the reader's browser.
+Standard library only (with :mod:`mylib.figures.svg`,
+:mod:`mylib.models.sharding`): the static site runs this very function in the
+reader's browser.
 """
 
 from mylib.figures.svg import PALETTE, Svg
@@ -20,8 +20,10 @@ REPEAT_FILL, MISSING_FILL = "#fdae6b", PALETTE["idle"]
 
 
 def sharding_verdict(dataset_size, world_size, batch_size, mode):
-    """What the split means for training: steps per rank, repeated and unread samples,
-    hang or not."""
+    """What the split means for training, as a dict.
+
+    Steps per rank, repeated and unread samples, and whether it hangs.
+    """
     per_rank = shares(dataset_size, world_size, batch_size, mode)
     steps = [len(b) for b in per_rank]
     read = [i for batches in per_rank for batch in batches for i in batch]
@@ -37,8 +39,10 @@ def sharding_verdict(dataset_size, world_size, batch_size, mode):
 
 
 def sharding_figure(dataset_size=10, world_size=4, batch_size=2, mode="naive"):
-    """SVG of each rank's batches under ``mode`` (``"naive"``, ``"sampler"`` or
-    ``"drop_last"``)."""
+    """SVG of each rank's batches under ``mode``.
+
+    ``mode`` is ``"naive"``, ``"sampler"`` or ``"drop_last"``.
+    """
     v = sharding_verdict(dataset_size, world_size, batch_size, mode)
     longest = max((sum(len(b) for b in batches) for batches in v["batches"]), default=0)
     width = max(560, 110 + longest * (CELL + GAP) + 40)
@@ -54,7 +58,8 @@ def sharding_figure(dataset_size=10, world_size=4, batch_size=2, mode="naive"):
     svg.text(
         10,
         18,
-        f"{dataset_size} samples, {world_size} ranks, batches of {batch_size}: {names[mode]}",
+        f"{dataset_size} samples, {world_size} ranks, "
+        f"batches of {batch_size}: {names[mode]}",
         size=13,
         weight="bold",
     )
@@ -95,8 +100,8 @@ def sharding_figure(dataset_size=10, world_size=4, batch_size=2, mode="naive"):
     if v["hangs"]:
         more = [r for r, s in enumerate(v["steps"]) if s == max(v["steps"])]
         verdict = (
-            f"HANG: ranks {', '.join(map(str, more))} take step {max(v['steps'])}, whose all-reduce the "
-            f"other ranks never start"
+            f"HANG: ranks {', '.join(map(str, more))} take step {max(v['steps'])}, "
+            "whose all-reduce the other ranks never start"
         )
         svg.text(
             10,

@@ -51,8 +51,7 @@ def _attrs(attrs):
             continue
         name = key.rstrip("_").replace("_", "-")
         text = _num(value) if isinstance(value, float) else str(value)
-        # Most values are numbers and colours: quote them directly, escape only what
-        # needs it.
+        # Most values are numbers and colours: quote directly, escape only if needed.
         parts.append(
             f" {name}={quoteattr(text)}"
             if _NEEDS_QUOTING.intersection(text)
@@ -128,8 +127,10 @@ class Svg:
         fill=PALETTE["text"],
         **attrs,
     ):
-        """Text whose baseline starts (``anchor="start"``), is centred (``"middle"``) or
-        ends at x."""
+        """Text on baseline ``y`` that starts at, is centred on or ends at ``x``.
+
+        ``anchor`` says which: ``"start"``, ``"middle"`` or ``"end"``.
+        """
         self._element(
             "text",
             {
@@ -152,7 +153,8 @@ class Svg:
         """The complete ``<svg>`` element, scalable: it fills its container's width."""
         label = f' role="img" aria-label={quoteattr(self.label)}' if self.label else ""
         return (
-            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_num(self.width)} {_num(self.height)}" '
+            '<svg xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {_num(self.width)} {_num(self.height)}" '
             f'width="100%" style="max-width:{_num(self.width)}px;height:auto" '
             f"font-family={quoteattr(FONT)}{label}>" + "".join(self.parts) + "</svg>"
         )
@@ -177,8 +179,10 @@ class SvgFigure:
 
 
 def nice_step(span, target_ticks=5):
-    """A round tick spacing (1, 2 or 5 times a power of ten) giving about
-    ``target_ticks`` ticks."""
+    """A round tick spacing giving about ``target_ticks`` ticks.
+
+    Round means 1, 2 or 5 times a power of ten.
+    """
     if span <= 0:
         return 1.0
     raw = span / max(target_ticks, 1)
@@ -213,10 +217,10 @@ def format_seconds(seconds, digits=3):
 
 
 def time_axis(fig, x_of, t_max, top, grid_bottom, label_y):
-    """Vertical grid lines from ``top`` to ``grid_bottom`` at round times, labelled at
-    ``label_y``.
+    """Vertical grid lines at round times, from ``top`` to ``grid_bottom``.
 
-    The time axis every timeline drawing shares; ``x_of`` maps seconds to x.
+    Each is labelled at height ``label_y``. The time axis every timeline drawing
+    shares; ``x_of`` maps seconds to x.
     """
     for tick in ticks(0, t_max):
         fig.line(x_of(tick), top, x_of(tick), grid_bottom, stroke=PALETTE["grid"])
@@ -231,8 +235,10 @@ def time_axis(fig, x_of, t_max, top, grid_bottom, label_y):
 
 
 def format_bytes(nbytes, digits=3):
-    """A size in binary units: ``512 B``, ``16.0 KB``, ``25.0 MB``, ``1.50 GB`` (1 MB =
-    2**20 bytes)."""
+    """A size in binary units: ``512 B``, ``16.0 KB``, ``25.0 MB``, ``1.50 GB``.
+
+    1 MB is 2**20 bytes.
+    """
     value = float(nbytes)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(value) < 1024 or unit == "TB":

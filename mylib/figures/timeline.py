@@ -24,8 +24,7 @@ LEFT, PANEL_W, AXIS_H = 70, 160, 52
 
 
 def span_fill(span, index):
-    """Alternate two shades per lane so neighbouring layers and buckets stay
-    distinguishable."""
+    """Alternate two shades per lane so neighbouring layers and buckets stand apart."""
     if span.kind == "allreduce":
         return PALETTE["comm"] if index % 2 == 0 else PALETTE["comm_alt"]
     if span.kind == "backward":
@@ -34,8 +33,10 @@ def span_fill(span, index):
 
 
 def layer_shader():
-    """A function giving each span its shade index: it changes with the layer (the label
-    up to its first dot)."""
+    """A function giving each span its shade index, which changes with the layer.
+
+    A span's layer is its label up to the first dot.
+    """
     last, counters = {}, {}
 
     def shade(span):
@@ -69,8 +70,8 @@ def _metric_lines(timeline):
     ]
 
 
-# spans narrower than this are drawn together: a redraw stays fast and the picture is
-# the same
+# spans narrower than this are drawn together: a redraw stays fast, and the
+# picture is the same
 MIN_PX = 1.5
 
 
@@ -140,7 +141,8 @@ def _boxes(spans, x_of, t0):
                 group_label = f"{label} to {box['last_label'].split('.', 1)[0]}"
             size = f", {box['nbytes'] / MB:.3g} MB" if box["nbytes"] else ""
             tip = (
-                f"{group_label}: {box['n']} {first.kind} spans{size}, {format_seconds(first.start_s - t0)} to "
+                f"{group_label}: {box['n']} {first.kind} spans{size}, "
+                f"{format_seconds(first.start_s - t0)} to "
                 f"{format_seconds(box['end'] - t0)}"
             )
         out.append((box["x0"], box["x1"], box["fill"], tip))
@@ -148,7 +150,7 @@ def _boxes(spans, x_of, t0):
 
 
 def _draw_lanes(fig, timeline, y, x_of):
-    """Draw one timeline's lanes starting at height ``y``; returns each lane's height."""
+    """Draw one timeline's lanes from height ``y``; returns each lane's height."""
     lane_y = {
         lane: y + i * (LANE_H + LANE_GAP) for i, lane in enumerate(timeline.lanes)
     }
@@ -187,11 +189,11 @@ def _legend(fig, x, y):
 
 
 def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True):
-    """One SVG of several timelines on a shared time axis (model above, measurement
-    below, say).
+    """One SVG of several timelines on a shared time axis.
 
-    ``t_max_s`` fixes the axis length (default: the longest step), so figures
-    for different slider positions can share a scale when wanted.
+    For example the model above and a measured run below. ``t_max_s`` fixes
+    the axis length (default: the longest step), so figures for different
+    slider positions can share a scale when wanted.
     """
     timelines = list(timelines)
     if not timelines:
@@ -246,7 +248,8 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
                 fill="none",
                 stroke=PALETTE["exposed"],
                 stroke_width=2,
-                title=f"exposed communication: {format_seconds(timeline.exposed_comm_s)}",
+                title="exposed communication: "
+                f"{format_seconds(timeline.exposed_comm_s)}",
             )
         # the numbers, one per line, each readable by a test from its data- attributes
         if panel:
@@ -276,8 +279,10 @@ def bucketing_timelines(
     backward_ms_per_layer=10.0,
     ranks=8,
 ):
-    """The three timelines of :func:`bucketing_figure`: all at end, per parameter, DDP's
-    buckets."""
+    """The three timelines of :func:`bucketing_figure`.
+
+    One all-reduce after the backward, one per parameter, and DDP's buckets.
+    """
     layers = transformer_blocks(n_layers, backward_ms_per_layer)
     link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
     return [
@@ -300,11 +305,11 @@ def bucketing_figure(
     backward_ms_per_layer=10.0,
     ranks=8,
 ):
-    """Chapter 3's figure: the two baselines and DDP's buckets for one set of slider
-    values (an SVG string).
+    """Chapter 3's figure (an SVG string): the two baselines and DDP's buckets.
 
-    Bandwidth is in GB/s (1e9 bytes/s), the cap in MB (2**20 bytes, as
-    PyTorch's ``bucket_cap_mb``), latency in microseconds per message.
+    The arguments are one set of slider values. Bandwidth is in GB/s (1e9
+    bytes/s), the cap in MB (2**20 bytes, as PyTorch's ``bucket_cap_mb``),
+    latency in microseconds per message.
     """
     rows = bucketing_timelines(
         n_layers,
@@ -315,14 +320,15 @@ def bucketing_figure(
         ranks,
     )
     title = (
-        f"{n_layers} transformer blocks ({n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {ranks} ranks, "
+        f"{n_layers} transformer blocks "
+        f"({n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {ranks} ranks, "
         f"{bandwidth_gb_s:g} GB/s, {latency_us:g} us per message"
     )
     return draw_timelines(rows, title=title)
 
 
-# The sliders of the chapter's LiveFigure(bucketing_figure, BUCKETING_SLIDERS) (dicts:
-# no import of livefig here).
+# The sliders of the chapter's LiveFigure(bucketing_figure, BUCKETING_SLIDERS), as
+# dicts: no import of livefig here.
 BUCKETING_SLIDERS = [
     dict(name="n_layers", label="layers (blocks)", min=1, max=96, step=1, default=24),
     dict(

@@ -47,8 +47,8 @@ def _draw_row(fig, timeline, k, y, x_of, width):
             title=f"{span.label}: {span.kind}{size}, {format_seconds(span.start_s)} "
             f"to {format_seconds(span.end_s)}",
         )
-    # Each micro-step's exposed tail: from its backward's end to its last all-reduce's
-    # end.
+    # Each micro-step's exposed tail: from the end of its backward to the end of
+    # its last all-reduce.
     ends = timeline.micro_starts_s[1:] + [timeline.step_s]
     for j, (start, end) in enumerate(zip(timeline.micro_starts_s, ends)):
         fig.line(
@@ -73,7 +73,8 @@ def _draw_row(fig, timeline, k, y, x_of, width):
                 fill="none",
                 stroke=PALETTE["exposed"],
                 stroke_width=2,
-                title=f"micro-step {j + 1}: communication exposed for {format_seconds(comm_end - backward_end)}",
+                title=f"micro-step {j + 1}: communication exposed for "
+                f"{format_seconds(comm_end - backward_end)}",
             )
     lines = [
         ("step_s", "optimizer step", format_seconds(timeline.step_s)),
@@ -96,8 +97,7 @@ def _draw_row(fig, timeline, k, y, x_of, width):
 
 
 def draw_accumulation(timelines, *, width=900, title=None):
-    """One SVG of accumulation timelines on a shared time axis, with each micro-step
-    marked."""
+    """One SVG of accumulation timelines on a shared time axis, micro-steps marked."""
     timelines = list(timelines)
     if not timelines:
         raise ValueError("draw_accumulation needs at least one AccumulationTimeline")
@@ -135,11 +135,11 @@ def accumulation_timelines(
     ranks=8,
     latency_us=20.0,
 ):
-    """The figure's two timelines: with no_sync, and with an all-reduce after every
-    micro-step.
+    """The figure's two timelines: with and without no_sync.
 
-    Layers are Linear(2048, 2048) in fp32 (16 MB of gradient each); each
-    micro-step's forward takes half its backward.
+    Without it, every micro-step ends with an all-reduce. Layers are
+    Linear(2048, 2048) in fp32 (16 MB of gradient each); each micro-step's
+    forward takes half its backward.
     """
     layers = linear_layers(n_layers, HIDDEN, backward_ms_per_layer)
     link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
@@ -165,8 +165,10 @@ def accumulation_figure(
     backward_ms_per_layer=3.0,
     ranks=8,
 ):
-    """Chapter 4's figure: one optimizer step with and without no_sync, for one set of
-    slider values (SVG)."""
+    """Chapter 4's figure (SVG): one optimizer step with and without no_sync.
+
+    The arguments are one set of slider values.
+    """
     rows = accumulation_timelines(
         micro_steps,
         n_layers,
@@ -179,8 +181,8 @@ def accumulation_figure(
         layer.nbytes for layer in linear_layers(n_layers, HIDDEN, backward_ms_per_layer)
     )
     title = (
-        f"{micro_steps} micro-steps per optimizer step, {n_layers} layers ({format_bytes(grads)} of gradients), "
-        f"{ranks} ranks, {bandwidth_gb_s:g} GB/s"
+        f"{micro_steps} micro-steps per optimizer step, {n_layers} layers "
+        f"({format_bytes(grads)} of gradients), {ranks} ranks, {bandwidth_gb_s:g} GB/s"
     )
     return draw_accumulation(rows, title=title)
 
@@ -219,5 +221,4 @@ ACCUMULATION_SLIDERS = [
         default=8,
     ),
 ]
-"""The sliders of the chapter's ``LiveFigure(accumulation_figure,
-ACCUMULATION_SLIDERS)``."""
+"""The sliders of ``LiveFigure(accumulation_figure, ACCUMULATION_SLIDERS)``."""

@@ -23,8 +23,10 @@ def compression_timelines(
     latency_us=20.0,
     bucket_cap_mb=25.0,
 ):
-    """One DDP step three ways: fp32, bf16 and PowerSGD at ``rank`` on the wire (chapter
-    3's model)."""
+    """One DDP step three ways: fp32, bf16 and PowerSGD at ``rank`` on the wire.
+
+    Each is played out by chapter 3's model (:func:`mylib.models.timeline.simulate`).
+    """
     link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
     rows = []
     for scheme, label in (
@@ -55,14 +57,16 @@ def compression_figure(
     bandwidth_gb_s=10.0,
     backward_ms_per_layer=8.0,
 ):
-    """Chapter 5's figure: the step's timeline with fp32, bf16 and PowerSGD on the wire
-    (an SVG string)."""
+    """Chapter 5's figure: the step's timeline with fp32, bf16 and PowerSGD on the wire.
+
+    Returns an SVG string.
+    """
     rows = compression_timelines(
         n_layers, hidden, rank, ranks, bandwidth_gb_s, backward_ms_per_layer
     )
     title = (
-        f"{n_layers} x Linear({hidden}, {hidden}), {ranks} ranks, {bandwidth_gb_s:g} GB/s, "
-        f"{backward_ms_per_layer:g} ms of backward per layer"
+        f"{n_layers} x Linear({hidden}, {hidden}), {ranks} ranks, "
+        f"{bandwidth_gb_s:g} GB/s, {backward_ms_per_layer:g} ms of backward per layer"
     )
     return draw_timelines(rows, title=title)
 
@@ -105,5 +109,4 @@ COMPRESSION_SLIDERS = [
         unit="ms",
     ),
 ]
-"""The sliders of the chapter's ``LiveFigure(compression_figure, COMPRESSION_SLIDERS)``.
-"""
+"""The sliders of ``LiveFigure(compression_figure, COMPRESSION_SLIDERS)``."""

@@ -1,11 +1,10 @@
-"""Chapter 6's timeline figure: one step of DDP, ZeRO-3 without prefetch and ZeRO-3 with
-prefetch.
+"""Chapter 6's timeline figure: one step of DDP and of ZeRO-3 without and with prefetch.
 
 :func:`zero3_timeline_figure` is the render function of the chapter's
-:class:`mylib.figures.livefig.LiveFigure`. Three rows share one time axis, each a
-compute lane and a comm lane; the compute lane's idle stretches (waiting
-for a gather) are shaded red, and each row prints its numbers: step time,
-time waiting for communication, bytes each rank sends, and the most
+:class:`mylib.figures.livefig.LiveFigure`. Three rows share one time axis,
+each a compute lane and a comm lane; the compute lane's idle stretches
+(waiting for a gather) are shaded red, and each row prints its numbers: step
+time, time waiting for communication, bytes each rank sends, and the most
 parameter bytes whole at once. Each number also sits in the SVG as
 ``data-metric``/``data-value`` attributes. Standard library only (Pyodide).
 """
@@ -23,16 +22,16 @@ FILLS = {
     "reducescatter": PALETTE["comm_alt"],
     "allgather": PALETTE["accent"],
 }
-SENT_SHARE = {
-    "allreduce": 2.0,
-    "reducescatter": 1.0,
-    "allgather": 1.0,
-}  # x (n-1)/n x bytes, ring algorithms
+# what one rank sends: share x (n-1)/n x buffer bytes, with the ring algorithms
+SENT_SHARE = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}
 
 
 def row_numbers(timeline, ranks, model_bytes):
-    """What a row's panel prints: step, waiting, bytes sent per rank, most parameter
-    bytes whole at once."""
+    """What a row's panel prints, as a dict.
+
+    The step time, the time waiting, the bytes sent per rank and the most
+    parameter bytes whole at once.
+    """
     compute = sum(s.duration_s for s in timeline.spans if s.lane == tl.COMPUTE)
     sent = sum(
         SENT_SHARE[s.kind] * (ranks - 1) / ranks * s.nbytes
@@ -48,8 +47,10 @@ def row_numbers(timeline, ranks, model_bytes):
 
 
 def decimal_bytes(nbytes):
-    """``4.20 GB`` or ``200 MB``: decimal units (10^9, 10^6), like the chapter's GB/s
-    and its memory model."""
+    """A size in decimal units: ``4.20 GB`` or ``200 MB``.
+
+    Units of 10^9 and 10^6 bytes, like the chapter's GB/s and its memory model.
+    """
     return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.0f} MB"
 
 
@@ -74,11 +75,11 @@ def zero3_timeline_figure(
     backward_ms_per_layer=10.0,
     ranks=8,
 ):
-    """SVG: a DDP step and a ZeRO-3 step with and without prefetch, for bf16 layers of
-    ``params_per_layer_m`` M.
+    """SVG: a DDP step and a ZeRO-3 step with and without prefetch.
 
-    Forward takes half the backward; DDP uses 25 MB buckets; latency is 20 us
-    per message; bandwidth in GB/s (10^9 bytes/s).
+    The layers are in bf16, ``params_per_layer_m`` M parameters each. Forward
+    takes half the backward; DDP uses 25 MB buckets; latency is 20 us per
+    message; bandwidth in GB/s (10^9 bytes/s).
     """
     layer_bytes = 2 * params_per_layer_m * 1e6  # bf16 parameters, bf16 gradients
     layers = tl.uniform_layers(n_layers, layer_bytes, backward_ms_per_layer * 1e-3)
@@ -101,8 +102,9 @@ def zero3_timeline_figure(
     fig.text(
         LEFT,
         16,
-        f"{n_layers} layers of {params_per_layer_m:g}M parameters (bf16), {ranks} ranks, "
-        f"{bandwidth_gb_s:g} GB/s, backward {backward_ms_per_layer:g} ms per layer",
+        f"{n_layers} layers of {params_per_layer_m:g}M parameters (bf16), "
+        f"{ranks} ranks, {bandwidth_gb_s:g} GB/s, "
+        f"backward {backward_ms_per_layer:g} ms per layer",
         size=13,
         weight="bold",
     )
@@ -133,7 +135,8 @@ def zero3_timeline_figure(
                     LANE_H,
                     fill=FILLS.get(s.kind, PALETTE["idle"]),
                     opacity=0.75 if i % 2 else None,
-                    title=f"{s.label or s.kind}: {format_seconds(s.start_s)} to {format_seconds(s.end_s)}",
+                    title=f"{s.label or s.kind}: {format_seconds(s.start_s)} "
+                    f"to {format_seconds(s.end_s)}",
                 )
             if lane == tl.COMPUTE:
                 for a, b in _idle(row.spans, row.step_s):
@@ -182,8 +185,8 @@ def zero3_timeline_figure(
     return fig.to_string()
 
 
-# The sliders of the chapter's LiveFigure(zero3_timeline_figure,
-# ZERO3_TIMELINE_SLIDERS).
+# The sliders of the chapter's live figure:
+# LiveFigure(zero3_timeline_figure, ZERO3_TIMELINE_SLIDERS).
 ZERO3_TIMELINE_SLIDERS = [
     dict(name="n_layers", label="layers", min=2, max=48, step=1, default=12),
     dict(

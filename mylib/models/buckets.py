@@ -40,13 +40,15 @@ def assign_buckets(sizes_bytes, cap_bytes, first_cap_bytes=None, keys=None):
     """
     if cap_bytes < 0:
         raise ValueError(
-            f"cap_bytes must be >= 0, got {cap_bytes}; use 0 for one bucket per parameter"
+            f"cap_bytes must be >= 0, got {cap_bytes}; "
+            "use 0 for one bucket per parameter"
         )
     if first_cap_bytes is None:
         first_cap_bytes = min(cap_bytes, DEFAULT_FIRST_BUCKET_BYTES)
     if keys is not None and len(keys) != len(sizes_bytes):
         raise ValueError(
-            f"keys has {len(keys)} entries for {len(sizes_bytes)} sizes; give one key per parameter"
+            f"keys has {len(keys)} entries for {len(sizes_bytes)} sizes; "
+            "give one key per parameter"
         )
     buckets, current, current_bytes, current_key = [], [], 0, None
     for i, size in enumerate(sizes_bytes):

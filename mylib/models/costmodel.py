@@ -35,15 +35,19 @@ def message_time(nbytes, alpha, beta):
 
 
 def ring_all_reduce_time(nbytes, world_size, alpha, beta):
-    """Seconds for a ring all-reduce of ``nbytes`` over ``world_size`` ranks:
-    ``2(n-1)(alpha + b/(n beta))``."""
+    """Seconds for a ring all-reduce of ``nbytes`` over ``world_size`` ranks.
+
+    That is ``2(n-1)(alpha + b/(n beta))``, with ``n`` ranks and ``b`` bytes.
+    """
     lat, bw = ring_all_reduce_terms(nbytes, world_size, alpha, beta)
     return lat + bw
 
 
 def ring_all_reduce_terms(nbytes, world_size, alpha, beta):
-    """The two parts of :func:`ring_all_reduce_time`: ``(latency term, bandwidth term)``
-    in seconds."""
+    """The latency and bandwidth terms of :func:`ring_all_reduce_time`, in seconds.
+
+    Returns ``(latency term, bandwidth term)``.
+    """
     _check_link(alpha, beta)
     n = _check_world(world_size)
     steps = 2 * (n - 1)
@@ -51,36 +55,39 @@ def ring_all_reduce_terms(nbytes, world_size, alpha, beta):
 
 
 def ring_reduce_scatter_time(nbytes, world_size, alpha, beta):
-    """Seconds for a ring reduce-scatter of an ``nbytes`` input: ``(n-1)(alpha + b/(n
-    beta))``; half an all-reduce."""
+    """Seconds for a ring reduce-scatter of an ``nbytes`` input; half an all-reduce.
+
+    That is ``(n-1)(alpha + b/(n beta))``.
+    """
     _check_link(alpha, beta)
     n = _check_world(world_size)
     return (n - 1) * (alpha + (nbytes / n) / beta)
 
 
 def ring_all_gather_time(nbytes, world_size, alpha, beta):
-    """Seconds for a ring all-gather whose *output* is ``nbytes``: ``(n-1)(alpha + b/(n
-    beta))``; the other half."""
+    """Seconds for a ring all-gather whose *output* is ``nbytes``; the other half.
+
+    That is ``(n-1)(alpha + b/(n beta))``, as for :func:`ring_reduce_scatter_time`.
+    """
     return ring_reduce_scatter_time(nbytes, world_size, alpha, beta)
 
 
 def crossover_bytes(world_size, alpha, beta):
-    """Message size at which a ring all-reduce's latency and bandwidth terms are equal:
-    ``n alpha beta``.
+    """Message size at which a ring all-reduce's latency and bandwidth terms are equal.
 
-    Smaller messages are latency-bound (sending them together in one bucket
-    saves time), larger ones bandwidth-bound (only fewer bytes help).
+    That size is ``n alpha beta``. Smaller messages are latency-bound (sending
+    them together in one bucket saves time), larger ones bandwidth-bound (only
+    fewer bytes help).
     """
     _check_link(alpha, beta)
     return _check_world(world_size) * alpha * beta
 
 
 def bus_bandwidth(nbytes, world_size, seconds):
-    """The "bus bandwidth" of an all-reduce that took ``seconds``: ``2(n-1)/n * b / t``
-    (nccl-tests' busbw).
+    """The "bus bandwidth" of an all-reduce that took ``seconds`` (nccl-tests' busbw).
 
-    It is the rate each link really carried, so it can be compared with the
-    link's bandwidth ``beta`` whatever the number of ranks.
+    It is ``2(n-1)/n * b / t``, the rate each link really carried, so it can be
+    compared with the link's bandwidth ``beta`` whatever the number of ranks.
     """
     n = _check_world(world_size)
     return 2 * (n - 1) / n * nbytes / seconds
@@ -121,8 +128,7 @@ class AlphaBetaFit:
 
 
 def fit_alpha_beta(nbytes, seconds, world_size=None):
-    """Fit ``alpha`` and ``beta`` to measured times by least squares on *relative*
-    error.
+    """Fit ``alpha`` and ``beta`` to measured times: least squares on *relative* error.
 
     ``seconds[i]`` is the measured time of a message of ``nbytes[i]`` bytes
     (``world_size=None``), or of a ring all-reduce over ``world_size`` ranks.
@@ -139,7 +145,8 @@ def fit_alpha_beta(nbytes, seconds, world_size=None):
             "need times for at least two different sizes to fit both alpha and beta"
         )
     lat_coef, bw_coef = _coefficients(world_size)
-    # Rows of the weighted problem: [lat_coef, bw_coef * b] / t . (alpha, inv_beta) ~ 1.
+    # Rows of the weighted problem:
+    # [lat_coef, bw_coef * b] / t . (alpha, inv_beta) ~ 1.
     rows = [(lat_coef / t, bw_coef * b / t) for b, t in zip(nbytes, seconds)]
     alpha, inv_beta = _least_squares_2(rows)
     if alpha < 0 or inv_beta <= 0:
@@ -158,8 +165,7 @@ def fit_alpha_beta(nbytes, seconds, world_size=None):
 
 
 def alpha_beta_from_ends(nbytes, seconds, world_size=None, n_small=3):
-    """Read ``alpha`` off the smallest sizes and ``beta`` off the slope between the
-    largest ones.
+    """Read ``alpha`` off the smallest sizes and ``beta`` off the largest ones.
 
     The textbook way to measure a link, and the right one when no straight
     line fits every size. On a CPU the time per byte changes with the size
@@ -177,8 +183,8 @@ def alpha_beta_from_ends(nbytes, seconds, world_size=None, n_small=3):
     lower = [(b, t) for b, t in points if 4 * b <= largest]
     if len(lower) < n_small:
         raise ValueError(
-            f"need {n_small} sizes at most a quarter of the largest ({largest} bytes) and the largest: "
-            "measure sizes spanning several orders of magnitude"
+            f"need {n_small} sizes at most a quarter of the largest ({largest} bytes) "
+            "and the largest: measure sizes spanning several orders of magnitude"
         )
     lat_coef, bw_coef = _coefficients(world_size)
     alpha = statistics.median(t for _, t in points[:n_small]) / lat_coef
@@ -198,29 +204,36 @@ def _check_times(nbytes, seconds):
 
 
 def _fitted(alpha, beta, world_size, nbytes, seconds):
-    """The fit's record: its constants, the measurements, and how far the model is from
-    each one."""
+    """The fit's record: its constants, the measurements and the model's error on each.
+
+    The error is relative: ``|predicted - measured| / measured``.
+    """
     fit = AlphaBetaFit(alpha, beta, world_size, list(nbytes), list(seconds))
     fit.relative_errors = [abs(fit.predict(b) - t) / t for b, t in zip(nbytes, seconds)]
     return fit
 
 
 def _coefficients(world_size):
-    """``(latency, bandwidth)`` coefficients of the model: 1 and 1 for a message, 2(n-1)
-    and 2(n-1)/n for a ring."""
+    """The model's ``(latency, bandwidth)`` coefficients.
+
+    1 and 1 for a message, 2(n-1) and 2(n-1)/n for a ring.
+    """
     if world_size is None:
         return 1.0, 1.0
     n = _check_world(world_size)
     if n == 1:
         raise ValueError(
-            "an all-reduce over one rank sends nothing: fit world_size >= 2, or None for messages"
+            "an all-reduce over one rank sends nothing: "
+            "fit world_size >= 2, or None for messages"
         )
     return 2.0 * (n - 1), 2.0 * (n - 1) / n
 
 
 def _least_squares_2(rows):
-    """Solve ``min sum((x0*a + x1*c - 1)^2)`` over rows ``(a, c)`` by the 2x2 normal
-    equations."""
+    """Solve ``min sum((x0*a + x1*c - 1)^2)`` by the 2x2 normal equations.
+
+    ``rows`` are the pairs ``(a, c)``; returns ``(x0, x1)``.
+    """
     saa = sum(a * a for a, _ in rows)
     sac = sum(a * c for a, c in rows)
     scc = sum(c * c for _, c in rows)
@@ -229,7 +242,8 @@ def _least_squares_2(rows):
     det = saa * scc - sac * sac
     if det <= 1e-12 * saa * scc:
         raise ValueError(
-            "the sizes do not separate alpha from beta: measure sizes spanning several orders of magnitude"
+            "the sizes do not separate alpha from beta: "
+            "measure sizes spanning several orders of magnitude"
         )
     return (sa * scc - sc * sac) / det, (saa * sc - sac * sa) / det
 
@@ -248,6 +262,7 @@ def _check_link(alpha, beta):
 def _check_world(world_size):
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(
-            f"world_size must be a positive int (the number of ranks), got {world_size!r}"
+            "world_size must be a positive int (the number of ranks), "
+            f"got {world_size!r}"
         )
     return world_size

@@ -68,7 +68,8 @@ def _check(num_params, world_size, stage):
         raise ValueError(f"num_params must be >= 0, got {num_params!r}")
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(
-            f"world_size must be a positive int (the number of ranks), got {world_size!r}"
+            "world_size must be a positive int (the number of ranks), "
+            f"got {world_size!r}"
         )
     if stage not in STAGES:
         raise ValueError(
@@ -93,9 +94,8 @@ def memory_per_rank(
     _check(num_params, world_size, stage)
     if k < 0 or param_bytes <= 0 or grad_bytes <= 0:
         raise ValueError(
-            f"need k >= 0 and positive element sizes, got "
-            f"k={k}, param_bytes={param_bytes}, "
-            f"grad_bytes={grad_bytes}"
+            f"need k >= 0 and positive element sizes, got k={k}, "
+            f"param_bytes={param_bytes}, grad_bytes={grad_bytes}"
         )
     n = world_size
     return MemoryPerRank(
@@ -125,9 +125,8 @@ def comm_per_step(
     ops named as :mod:`mylib.comm` counts them.
     """
     _check(num_params, world_size, stage)
-    ring = (
-        world_size - 1
-    ) / world_size  # the share of a buffer each rank sends in one ring pass
+    # the share of a buffer each rank sends in one ring pass
+    ring = (world_size - 1) / world_size
     grads = ring * num_params * grad_bytes
     params = ring * num_params * param_bytes
     if stage == 0:
@@ -140,8 +139,7 @@ def comm_per_step(
 
 
 def comm_volume_in_psi(stage, world_size=None):
-    """Elements sent per rank per step in units of psi: 2 for DDP, ZeRO-1 and ZeRO-2, 3
-    for ZeRO-3.
+    """Elements one rank sends per step, in psi: 2 (DDP, ZeRO-1, ZeRO-2) or 3 (ZeRO-3).
 
     With ``world_size`` the ring's (N-1)/N factor is included; without it,
     the large-N limit that the ZeRO paper quotes.
@@ -162,8 +160,10 @@ def max_params_that_fit(
     param_bytes=2,
     grad_bytes=2,
 ):
-    """The largest psi whose model state fits in ``memory_bytes`` per rank (activations
-    not counted)."""
+    """The largest psi whose model state fits in ``memory_bytes`` per rank.
+
+    Activations are not counted.
+    """
     per_param = memory_per_rank(
         1.0, world_size, stage, k, param_bytes, grad_bytes
     ).total
@@ -178,9 +178,9 @@ def min_ranks_to_fit(
     param_bytes=2,
     grad_bytes=2,
 ):
-    """The fewest ranks N at which ``stage`` fits ``num_params`` in ``memory_bytes`` per
-    rank, or None if none does.
+    """The fewest ranks N at which ``num_params`` fit in ``memory_bytes`` per rank.
 
+    ``stage`` is as for :func:`memory_per_rank`; None if no rank count does.
     Per-rank memory is ``A + B / N``: A, what every rank replicates, B what
     is sharded. It fits once ``N >= B / (memory_bytes - A)``; never when
     ``A >= memory_bytes`` (DDP's A is everything: more ranks do not help).

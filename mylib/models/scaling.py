@@ -8,16 +8,15 @@ bytes of it, and a ring all-reduce takes
     T_ring(n) = 2 (n - 1) alpha  +  2 (n - 1) / n * G / beta,
 
 which *grows* with ``n`` towards ``2 G / beta``. While the backward of one rank
-is longer than its all-reduce, buckets hide the communication behind it (chapter
-3) and the step time falls as ``1 / n``; once it is shorter, the step is bound
-by communication and another rank buys almost nothing.
+is longer than its all-reduce, buckets hide the communication behind it
+(chapter 3) and the step time falls as ``1 / n``; once it is shorter, the step
+is bound by communication and another rank buys almost nothing.
 
 This module plays that out with :func:`mylib.models.timeline.simulate` (the same
 model, the same bucketing rule as ``MyDDP``): the layers of a model measured or
-assumed on one rank, scaled to each rank count, give the step time, the
-exposed communication, the speed-up and the efficiency (speed-up / n). It also
-holds the arithmetic of stragglers: a synchronous step waits for the slowest
-rank.
+assumed on one rank, scaled to each rank count, give the step time, the exposed
+communication, the speed-up and the efficiency (speed-up / n). It also holds the
+arithmetic of stragglers: a synchronous step waits for the slowest rank.
 
 Standard library only: it runs in the reader's browser behind the chapter's
 sliders (:mod:`mylib.figures.scaling`).
@@ -43,7 +42,8 @@ def compute_factor(ranks, mode=STRONG, cores=None):
         raise ValueError(f"ranks must be a whole number >= 1, got {ranks}")
     if mode not in (STRONG, WEAK):
         raise ValueError(
-            f"mode must be {STRONG!r} (fixed global batch) or {WEAK!r} (fixed batch per rank), got {mode!r}"
+            f"mode must be {STRONG!r} (fixed global batch) or {WEAK!r} "
+            f"(fixed batch per rank), got {mode!r}"
         )
     factor = 1.0 / ranks if mode == STRONG else 1.0
     if cores is not None:
@@ -54,9 +54,9 @@ def compute_factor(ranks, mode=STRONG, cores=None):
 
 
 def per_rank_layers(layers, ranks, mode=STRONG, cores=None):
-    """``layers`` (backward times on one rank, reference batch) as each of ``ranks``
-    ranks computes them.
+    """``layers`` as each of ``ranks`` ranks computes them.
 
+    ``layers`` hold the backward times on one rank for the reference batch.
     Compute is scaled by :func:`compute_factor`; gradient sizes are not:
     every rank holds and all-reduces the whole gradient.
     """
@@ -80,13 +80,13 @@ def scaled_step(
     cores=None,
     first_cap_bytes=None,
 ):
-    """The timeline of one step on ``ranks`` ranks (a
-    :class:`mylib.models.timeline.Timeline`).
+    """The timeline of one step on ``ranks`` ranks.
 
-    ``layers`` are in backward order with their backward time on ONE rank for
-    the reference batch (the global batch for ``mode=STRONG``); ``forward_s``
-    likewise. The optimizer step is not divided: every rank updates every
-    parameter (chapter 6 shards it).
+    Returns a :class:`mylib.models.timeline.Timeline`. ``layers`` are in
+    backward order with their backward time on ONE rank for the reference
+    batch (the global batch for ``mode=STRONG``); ``forward_s`` likewise. The
+    optimizer step is not divided: every rank updates every parameter
+    (chapter 6 shards it).
     """
     factor = compute_factor(ranks, mode, cores)
     return simulate(
@@ -112,14 +112,14 @@ def scaling_table(
     optimizer_s=0.0,
     cores=None,
 ):
-    """One row per rank count: step time, its parts, speed-up and efficiency over one
-    rank.
+    """One row per rank count: step time, its parts, speed-up and efficiency.
 
-    Each row is a dict with ``ranks``, ``compute_s`` (forward + backward of one rank),
-    ``backward_s``, ``comm_s`` (the link busy with the buckets' all-reduces, overlapped
-    or not), ``exposed_comm_s``, ``step_s``, ``speedup`` and ``efficiency``. Speed-up is
-    in samples per second over one rank's: ``T(1) / T(n)`` at a fixed global batch, ``n
-    T(1) / T(n)`` at a fixed batch per rank; efficiency is speed-up / n.
+    Each row is a dict with ``ranks``, ``compute_s`` (forward + backward of one
+    rank), ``backward_s``, ``comm_s`` (the link busy with the buckets'
+    all-reduces, overlapped or not), ``exposed_comm_s``, ``step_s``,
+    ``speedup`` and ``efficiency``. Speed-up is in samples per second over one
+    rank's: ``T(1) / T(n)`` at a fixed global batch, ``n T(1) / T(n)`` at a
+    fixed batch per rank; efficiency is speed-up / n.
     """
     ranks_list = list(ranks_list)
     if not ranks_list:
@@ -171,8 +171,7 @@ def scaling_table(
 
 
 def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_layer=7):
-    """Layers in backward order for a what-if: ``n_layers`` blocks of equal weight
-    matrices.
+    """What-if layers in backward order: ``n_layers`` blocks of equal weight matrices.
 
     ``grad_bytes`` in all and ``backward_s`` of backward compute in all, spread
     evenly; 7 tensors a block is a transformer block's query, key, value,
@@ -181,7 +180,8 @@ def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_lay
     """
     if n_layers < 1 or tensors_per_layer < 1:
         raise ValueError(
-            f"need n_layers >= 1 and tensors_per_layer >= 1, got {n_layers} and {tensors_per_layer}"
+            "need n_layers >= 1 and tensors_per_layer >= 1, "
+            f"got {n_layers} and {tensors_per_layer}"
         )
     tensor_bytes = grad_bytes / (n_layers * tensors_per_layer)
     return [
@@ -191,8 +191,10 @@ def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_lay
 
 
 def ring_limit_s(grad_bytes, bandwidth):
-    """What a ring all-reduce of ``grad_bytes`` tends to as ranks grow: ``2 G / beta``
-    (no latency)."""
+    """What a ring all-reduce of ``grad_bytes`` tends to as ranks grow: ``2 G / beta``.
+
+    The bandwidth term alone: the latency is not counted.
+    """
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth}")
     return 2.0 * grad_bytes / bandwidth
@@ -249,8 +251,7 @@ def comm_bound_ranks(
 
 
 def synchronous_step_s(compute_s_per_rank, comm_s=0.0):
-    """Step time when every rank waits for all: the slowest rank's compute, then the
-    communication."""
+    """Synchronous step time: the slowest rank's compute, then the communication."""
     compute_s_per_rank = list(compute_s_per_rank)
     if not compute_s_per_rank:
         raise ValueError("give one compute time per rank")
@@ -265,8 +266,7 @@ def harmonic_number(n):
 
 
 def expected_slowest_delay_s(ranks, mean_delay_s):
-    """Expected delay of the slowest of ``ranks`` ranks, each delayed independently by
-    Exp(mean).
+    """Expected delay of the slowest of ``ranks`` ranks, each delayed by Exp(mean).
 
     The maximum of n independent exponential delays of mean ``m`` has mean
     ``m * H_n`` (1.5 m for 2 ranks, 2.08 m for 4, 5.2 m for 100): random

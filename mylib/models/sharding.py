@@ -1,5 +1,4 @@
-"""Who reads which sample: the rule of PyTorch's ``DistributedSampler``, in plain
-Python.
+"""Who reads which sample: PyTorch's ``DistributedSampler`` rule, in plain Python.
 
 Data parallelism needs every rank to read a *disjoint* share of the data and,
 for synchronous steps, the *same number of batches*: a rank with one batch
@@ -50,15 +49,19 @@ def sampler_indices(dataset_size, world_size, rank, drop_last=False, order=None)
 
 
 def naive_indices(dataset_size, world_size, rank):
-    """The hand-rolled split: rank ``r`` takes samples ``r, r + n, r + 2n, ...`` (uneven
-    when n does not divide N)."""
+    """The hand-rolled split: rank ``r`` takes samples ``r, r + n, r + 2n, ...``.
+
+    The shares are uneven when n does not divide N.
+    """
     _check(dataset_size, world_size, rank)
     return list(range(rank, dataset_size, world_size))
 
 
 def batches_of(indices, batch_size, drop_last=False):
-    """``indices`` cut into batches, as a ``DataLoader(batch_size=..., drop_last=...)``
-    would."""
+    """Cut ``indices`` into batches, as a ``DataLoader`` does.
+
+    ``batch_size`` and ``drop_last`` mean what they mean there.
+    """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     batches = [indices[i : i + batch_size] for i in range(0, len(indices), batch_size)]
@@ -66,8 +69,10 @@ def batches_of(indices, batch_size, drop_last=False):
 
 
 def shares(dataset_size, world_size, batch_size, mode="sampler"):
-    """Every rank's batches under ``mode``: ``"naive"``, ``"sampler"`` (pads) or
-    ``"drop_last"``."""
+    """Every rank's batches under ``mode``.
+
+    ``mode`` is ``"naive"``, ``"sampler"`` (pads) or ``"drop_last"``.
+    """
     if mode not in ("naive", "sampler", "drop_last"):
         raise ValueError(
             f"mode must be 'naive', 'sampler' or 'drop_last', got {mode!r}"
@@ -86,7 +91,8 @@ def shares(dataset_size, world_size, batch_size, mode="sampler"):
 def _check(dataset_size, world_size, rank):
     if dataset_size < 1 or world_size < 1:
         raise ValueError(
-            f"need dataset_size >= 1 and world_size >= 1, got {dataset_size} and {world_size}"
+            "need dataset_size >= 1 and world_size >= 1, "
+            f"got {dataset_size} and {world_size}"
         )
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")

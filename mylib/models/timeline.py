@@ -14,13 +14,13 @@ of ``b`` bytes over ``n`` ranks costs, by the alpha-beta model of a ring
 
     2 (n - 1) alpha  +  2 (n - 1) / n * b / beta
 
-(:func:`mylib.models.costmodel.ring_all_reduce_time`, the model chapter 1 fits to
-gloo). A bucket's all-reduce starts when its last gradient is ready *and* the link is
-free. The output is a :class:`Timeline`: spans of compute and communication
-and the numbers that matter (step time, exposed communication, overlap,
-bucket count). ``all_at_end`` and ``per_parameter`` are the two baselines:
-one all-reduce after the backward (no overlap), one all-reduce per parameter
-(overlap, but alpha paid per parameter).
+(:func:`mylib.models.costmodel.ring_all_reduce_time`, the model chapter 1
+fits to gloo). A bucket's all-reduce starts when its last gradient is ready
+*and* the link is free. The output is a :class:`Timeline`: spans of compute
+and communication and the numbers that matter (step time, exposed
+communication, overlap, bucket count). ``all_at_end`` and ``per_parameter``
+are the two baselines: one all-reduce after the backward (no overlap), one
+all-reduce per parameter (overlap, but alpha paid per parameter).
 
 Standard library only: the same file runs in the reader's browser (Pyodide)
 behind the chapter's sliders. 1,000 layers take about a millisecond.
@@ -33,8 +33,7 @@ COMPUTE, COMM = "compute", "comm"  # the two lanes of a data-parallel step
 
 
 class Layer:
-    """One layer in backward order: its backward compute time and its parameters'
-    gradient sizes.
+    """A layer in backward order: its backward time and its parameters' gradient sizes.
 
     ``param_bytes`` lists the gradient bytes of the layer's parameters in the
     order their gradients reach DDP (for ``nn.Linear``: bias, then weight,
@@ -68,21 +67,24 @@ class Layer:
         return sum(self.param_bytes)
 
     def __repr__(self):
-        return f"Layer({self.name!r}, backward_s={self.backward_s:g}, param_bytes={self.param_bytes})"
+        return (
+            f"Layer({self.name!r}, backward_s={self.backward_s:g}, "
+            f"param_bytes={self.param_bytes})"
+        )
 
 
 class Link:
-    """Communication as the model sees it: the alpha-beta ring over ``ranks``, and how
-    it shares the machine.
+    """Communication as the model sees it: an alpha-beta ring over ``ranks`` ranks.
 
     ``alpha_s`` is the latency per message (seconds), ``bandwidth`` the link
     bandwidth in bytes/s. The two stretch factors say how communication and
-    compute slow each other down while both run: an all-reduce takes
-    ``comm_stretch`` times longer while the backward is computing, and the
-    backward ``compute_stretch`` times longer while an all-reduce runs. On
-    GPUs with NCCL both are close to 1 (communication has its own engines,
-    though its kernels take a few SMs); with gloo on a CPU, communication
-    copies and sums bytes on the very cores that compute, and both stretch.
+    compute share the machine, slowing each other down while both run: an
+    all-reduce takes ``comm_stretch`` times longer while the backward is
+    computing, and the backward ``compute_stretch`` times longer while an
+    all-reduce runs. On GPUs with NCCL both are close to 1 (communication
+    has its own engines, though its kernels take a few SMs); with gloo on a
+    CPU, communication copies and sums bytes on the very cores that compute,
+    and both stretch.
     """
 
     __slots__ = ("ranks", "alpha_s", "bandwidth", "comm_stretch", "compute_stretch")
@@ -102,8 +104,8 @@ class Link:
             )
         if comm_stretch < 1 or compute_stretch < 1:
             raise ValueError(
-                f"stretch factors are slowdowns and must be >= 1 (1: no interference), got "
-                f"comm_stretch={comm_stretch}, compute_stretch={compute_stretch}"
+                "stretch factors are slowdowns and must be >= 1 (1: no interference), "
+                f"got comm_stretch={comm_stretch}, compute_stretch={compute_stretch}"
             )
         self.ranks, self.alpha_s, self.bandwidth = (
             int(ranks),
@@ -116,17 +118,23 @@ class Link:
         )
 
     def allreduce_s(self, nbytes):
-        """Seconds for a ring all-reduce of ``nbytes`` on an idle machine: 2(n-1) alpha
-        + 2(n-1)/n x bytes / bandwidth."""
+        """Seconds for a ring all-reduce of ``nbytes`` on an idle machine.
+
+        That is 2(n-1) alpha + 2(n-1)/n x bytes / bandwidth.
+        """
         return ring_all_reduce_time(nbytes, self.ranks, self.alpha_s, self.bandwidth)
 
     def __repr__(self):
         stretch = (
-            f", comm_stretch={self.comm_stretch:g}, compute_stretch={self.compute_stretch:g}"
+            f", comm_stretch={self.comm_stretch:g}"
+            f", compute_stretch={self.compute_stretch:g}"
             if (self.comm_stretch, self.compute_stretch) != (1.0, 1.0)
             else ""
         )
-        return f"Link(ranks={self.ranks}, alpha_s={self.alpha_s:g}, bandwidth={self.bandwidth:g}{stretch})"
+        return (
+            f"Link(ranks={self.ranks}, alpha_s={self.alpha_s:g}, "
+            f"bandwidth={self.bandwidth:g}{stretch})"
+        )
 
 
 class Span:
@@ -162,7 +170,10 @@ class Span:
         return self.end_s - self.start_s
 
     def __repr__(self):
-        return f"Span({self.lane!r}, {self.kind!r}, {self.start_s:.6g}, {self.end_s:.6g}, {self.label!r})"
+        return (
+            f"Span({self.lane!r}, {self.kind!r}, {self.start_s:.6g}, "
+            f"{self.end_s:.6g}, {self.label!r})"
+        )
 
 
 class Timeline:
@@ -195,7 +206,8 @@ class Timeline:
     def __repr__(self):
         return (
             f"Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, exposed comm "
-            f"{self.exposed_comm_s * 1e3:.3f} ms, overlap {self.overlap:.0%}, {self.n_buckets} buckets)"
+            f"{self.exposed_comm_s * 1e3:.3f} ms, overlap {self.overlap:.0%}, "
+            f"{self.n_buckets} buckets)"
         )
 
 
@@ -210,8 +222,7 @@ METRIC_KEYS = (
 
 
 def _union_length(intervals, until=None):
-    """Total length covered by ``(start, end)`` intervals, counting only what lies
-    before ``until``."""
+    """Total length covered by ``(start, end)`` intervals, up to ``until`` if given."""
     total, reach = 0.0, None
     for start, end in sorted(intervals):
         if until is not None:
@@ -225,8 +236,7 @@ def _union_length(intervals, until=None):
 
 
 def summarize(spans):
-    """Step time, backward end, busy, exposed and hidden communication of a list of
-    spans."""
+    """Step time, backward end, busy, exposed and hidden communication of ``spans``."""
     if not spans:
         raise ValueError("a timeline needs at least one span")
     comm = [(s.start_s, s.end_s) for s in spans if s.kind == "allreduce"]
@@ -261,18 +271,14 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
         t = forward_s
     bucket_of = {i: k for k, bucket in enumerate(buckets) for i in bucket}
-    missing = [
-        len(bucket) for bucket in buckets
-    ]  # gradients each bucket still waits for
+    # gradients each bucket still waits for
+    missing = [len(bucket) for bucket in buckets]
     sizes = [b for layer in layers for b in layer.param_bytes]
     ready_at = [None] * len(buckets)
     layer, layer_start, work_left = 0, t, (layers[0].backward_s if layers else 0.0)
     param = 0
-    bucket, comm_start, comm_left = (
-        0,
-        None,
-        0.0,
-    )  # next bucket to send; when the one on the link started
+    # next bucket to send; when the one on the link started
+    bucket, comm_start, comm_left = 0, None, 0.0
     while layer < len(layers) or bucket < len(buckets):
         computing, sending = layer < len(layers), comm_start is not None
         if not sending and bucket < len(buckets) and ready_at[bucket] is not None:
@@ -284,9 +290,10 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         dt_comm = comm_left / comm_rate if sending else float("inf")
         dt = min(dt_compute, dt_comm)
         if dt == float("inf"):
+            # a bug, not bad input
             raise AssertionError(
                 "timeline model stalled: a bucket can never become ready"
-            )  # a bug, not bad input
+            )
         t += dt
         if computing:
             work_left -= dt * compute_rate
@@ -332,7 +339,8 @@ def _check(layers):
         raise ValueError("the model needs at least one layer")
     if not all(isinstance(layer, Layer) for layer in layers):
         raise TypeError(
-            "layers must be mylib.models.timeline.Layer objects, in backward order (last layer first)"
+            "layers must be mylib.models.timeline.Layer objects, "
+            "in backward order (last layer first)"
         )
     return layers
 
@@ -374,8 +382,10 @@ def simulate(
 
 
 def per_parameter(layers, link, **kwargs):
-    """Baseline: every gradient all-reduced alone, launched when it is ready (pays alpha
-    per parameter)."""
+    """Baseline: every gradient all-reduced alone, launched when it is ready.
+
+    It pays alpha once per parameter.
+    """
     kwargs.setdefault("name", "one all-reduce per parameter")
     return simulate(layers, 0, link, **kwargs)
 
@@ -388,8 +398,10 @@ def all_at_end(
     optimizer_s=0.0,
     name="one all-reduce after backward",
 ):
-    """Baseline: one all-reduce of every gradient after the backward ends (no overlap at
-    all)."""
+    """Baseline: one all-reduce of every gradient after the backward ends.
+
+    Communication does not overlap the backward at all.
+    """
     layers = _check(layers)
     n_params = sum(len(layer.param_bytes) for layer in layers)
     return _play(
@@ -404,15 +416,19 @@ def all_at_end(
 
 
 def best_cap(layers, caps_bytes, link, **kwargs):
-    """The cap among ``caps_bytes`` with the shortest step, and every cap's timeline (a
-    dict)."""
+    """The cap among ``caps_bytes`` with the shortest step, and every cap's timeline.
+
+    Returns ``(best cap, {cap: timeline})``.
+    """
     timelines = {cap: simulate(layers, cap, link, **kwargs) for cap in caps_bytes}
     return min(timelines, key=lambda cap: (timelines[cap].step_s, cap)), timelines
 
 
 def uniform_layers(n_layers, param_bytes, backward_s, prefix="layer"):
-    """``n_layers`` identical layers in backward order, named from the last
-    (``layer{n-1}``) to ``layer0``."""
+    """``n_layers`` identical layers in backward order.
+
+    They are named from the last (``layer{n-1}``) to ``layer0``.
+    """
     if int(n_layers) != n_layers or n_layers < 1:
         raise ValueError(f"n_layers must be a whole number >= 1, got {n_layers}")
     return [

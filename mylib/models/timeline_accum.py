@@ -1,9 +1,8 @@
-"""The timeline of an optimizer step with gradient accumulation: m micro-steps,
-communication on the last.
+"""The timeline of gradient accumulation: m micro-steps, communication on the last.
 
-Chapter 3's model (:mod:`mylib.models.timeline`) plays out one data-parallel step:
-the backward pass on the compute lane, the buckets' all-reduces on the link,
-overlapped. With gradient accumulation an optimizer step is ``m``
+Chapter 3's model (:mod:`mylib.models.timeline`) plays out one data-parallel
+step: the backward pass on the compute lane, the buckets' all-reduces on the
+link, overlapped. With gradient accumulation an optimizer step is ``m``
 micro-steps, each a forward and a backward on one micro-batch:
 
 * with ``no_sync()`` the first ``m - 1`` backward passes send nothing, and
@@ -23,8 +22,7 @@ from mylib.models import timeline as tl
 
 
 class AccumulationTimeline:
-    """One optimizer step of ``micro_steps`` micro-steps: spans, and the numbers that
-    matter.
+    """One optimizer step of m micro-steps: spans, and the numbers that matter.
 
     ``step_s``: start to end; ``compute_s``: time computing;
     ``exposed_comm_s``: time the compute lane waits for the link, summed
@@ -66,8 +64,9 @@ class AccumulationTimeline:
 
     def __repr__(self):
         return (
-            f"AccumulationTimeline({self.name!r}: {self.micro_steps} micro-steps, step "
-            f"{self.step_s * 1e3:.3f} ms, exposed comm {self.exposed_comm_s * 1e3:.3f} ms, "
+            f"AccumulationTimeline({self.name!r}: {self.micro_steps} micro-steps, "
+            f"step {self.step_s * 1e3:.3f} ms, "
+            f"exposed comm {self.exposed_comm_s * 1e3:.3f} ms, "
             f"{self.n_allreduces} all-reduces)"
         )
 
@@ -86,8 +85,7 @@ def _shifted(span, offset):
 
 
 def _compute_only(layers, forward_s, t0):
-    """A micro-step inside no_sync(): forward, then the layers' backward, nothing on the
-    link."""
+    """A micro-step inside no_sync(): forward, then backward, nothing on the link."""
     spans, t = [], t0
     if forward_s > 0:
         spans.append(tl.Span(tl.COMPUTE, "forward", t, t + forward_s, "forward"))
@@ -111,8 +109,7 @@ def accumulation_step(
     first_cap_bytes=None,
     name=None,
 ):
-    """The timeline of one optimizer step of ``micro_steps`` micro-steps, with or
-    without ``no_sync()``.
+    """One optimizer step of ``micro_steps`` micro-steps, with or without ``no_sync()``.
 
     ``layers`` (backward order), ``cap_bytes``, ``link`` and
     ``first_cap_bytes`` are those of :func:`mylib.models.timeline.simulate`;

@@ -1,5 +1,4 @@
-"""What compression does to a DDP step's timeline: chapter 3's model with fewer bytes on
-the wire.
+"""What compression does to a DDP step's timeline: fewer bytes on the wire.
 
 A communication hook changes what each bucket's all-reduce carries, not
 when the bucket is ready. So chapter 3's model (:mod:`mylib.models.timeline`)
@@ -25,8 +24,10 @@ from mylib.models import timeline as tl
 
 
 def wire_bytes(rows, cols, scheme, rank=1, min_compression_rate=2.0):
-    """Bytes one rank puts into the all-reduce for an ``rows x cols`` fp32 gradient
-    (``cols = 1``: a vector)."""
+    """Bytes one rank puts into the all-reduce for a ``rows x cols`` fp32 gradient.
+
+    ``cols = 1`` is a vector.
+    """
     if scheme == "fp32":
         return 4 * rows * cols
     if scheme in ("bf16", "fp16"):
@@ -43,10 +44,12 @@ def wire_bytes(rows, cols, scheme, rank=1, min_compression_rate=2.0):
 
 
 def compressed_layers(n_layers, hidden, backward_ms_per_layer, scheme, rank=1):
-    """``n_layers`` x Linear(hidden, hidden) in backward order, each parameter's bytes
-    as ``scheme`` sends them."""
+    """``n_layers`` x Linear(hidden, hidden) in backward order, in wire bytes.
+
+    Each parameter's bytes are those ``scheme`` sends (:func:`wire_bytes`).
+    """
     sizes = (
-        wire_bytes(hidden, 1, scheme, rank),
-        wire_bytes(hidden, hidden, scheme, rank),
-    )  # bias, weight
+        wire_bytes(hidden, 1, scheme, rank),  # bias
+        wire_bytes(hidden, hidden, scheme, rank),  # weight
+    )
     return tl.uniform_layers(n_layers, sizes, backward_ms_per_layer * 1e-3)

@@ -1,8 +1,7 @@
-"""The timeline of one ZeRO-3 step: an all-gather before each layer's forward and
-backward.
+"""A ZeRO-3 step's timeline: an all-gather before each layer's forward and backward.
 
-Chapter 3's model (:mod:`mylib.models.timeline`) plays out a DDP step: compute on
-one lane, bucketed all-reduces on the link. Under ZeRO-3 the link carries
+Chapter 3's model (:mod:`mylib.models.timeline`) plays out a DDP step: compute
+on one lane, bucketed all-reduces on the link. Under ZeRO-3 the link carries
 more, and some of it blocks compute: a layer cannot run its forward, nor its
 backward, until its parameters are gathered. Per layer of ``b`` bytes:
 
@@ -11,12 +10,12 @@ backward, until its parameters are gathered. Per layer of ``b`` bytes:
   of its gradient (which nothing waits for but the optimizer step).
 
 Without prefetching a layer's all-gather starts only when the layer is
-reached, so compute waits for every gather. With prefetching the gather of
-the *next* layer is issued as soon as the current one starts computing
-(FSDP's forward and backward prefetch), so it hides behind that compute; at
-most two layers are whole at a time. The link is one FIFO queue, as in
-chapter 3, with the ring costs of :mod:`mylib.models.costmodel`: a reduce-scatter
-or an all-gather costs ``(n-1)(alpha + b / (n beta))``, half an all-reduce.
+reached, so compute waits for every gather. With prefetching the gather of the
+*next* layer is issued as soon as the current one starts computing (FSDP's
+forward and backward prefetch), so it hides behind that compute; at most two
+layers are whole at a time. The link is one FIFO queue, as in chapter 3, with
+the ring costs of :mod:`mylib.models.costmodel`: a reduce-scatter or an
+all-gather costs ``(n-1)(alpha + b / (n beta))``, half an all-reduce.
 
 Standard library only: the chapter's slider figure runs this file in the
 reader's browser (Pyodide).
@@ -29,8 +28,7 @@ COMPUTE, COMM = tl.COMPUTE, tl.COMM
 
 
 class Zero3Timeline:
-    """A ZeRO-3 step as spans on a compute lane and a comm lane, and what they add up
-    to.
+    """A ZeRO-3 step as spans on a compute and a comm lane, and what they add up to.
 
     ``step_s``: first start to last end; ``compute_s``: time computing;
     ``waiting_s``: time the compute lane waits for communication
@@ -53,8 +51,8 @@ class Zero3Timeline:
 
     def __repr__(self):
         return (
-            f"Zero3Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, waiting for communication "
-            f"{self.waiting_s * 1e3:.3f} ms)"
+            f"Zero3Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, "
+            f"waiting for communication {self.waiting_s * 1e3:.3f} ms)"
         )
 
 
@@ -108,8 +106,7 @@ def zero3_step(
             gather(i + 1, begin)
         t = compute("forward", begin, layer.backward_s * forward_ratio, layer.name)
         whole.append((gathers[i][0], t, layer.nbytes))
-    # Backward, last layer first: gather again, compute, reduce-scatter the
-    # gradient.
+    # Backward, last layer first: gather again, compute, reduce-scatter the gradient.
     gathers, last_reduce = {}, t
     for i in reversed(range(len(layers))):
         if i not in gathers:
@@ -135,8 +132,10 @@ def zero3_step(
 
 
 def _peak(whole):
-    """Most bytes whole at once, from ``(from, to, bytes)`` intervals (a layer is whole
-    from its gather's start)."""
+    """Most bytes whole at once, from ``(from, to, bytes)`` intervals.
+
+    A layer is whole from its gather's start.
+    """
     events = sorted(
         [(start, nbytes) for start, _, nbytes in whole]
         + [(end, -nbytes) for _, end, nbytes in whole]

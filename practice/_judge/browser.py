@@ -1,5 +1,4 @@
-"""Grading in the book's page (Pyodide): the same loading, checks and words as the
-terminal.
+"""Grading in the book's page (Pyodide), with the terminal's loading, checks and words.
 
 ``book/_static/practice-worker.js`` writes ``_judge/`` (this package's
 standard-library modules), the exercise's ``checks.py`` and the reader's code
@@ -22,8 +21,9 @@ from _judge.running import (
 
 
 def grade(exercise_dir, path, on_start=None):
-    """Grade the file at ``path``; return the report as JSON (verdict, message, results,
-    lines).
+    """Grade the file at ``path``; return the report as JSON.
+
+    The report holds the verdict, the message, the results and the lines.
 
     ``on_start(index, name)`` is called as each check starts (the page uses
     it to name the running check if the time limit stops it).
@@ -55,7 +55,7 @@ def grade(exercise_dir, path, on_start=None):
 
 
 def report_lines(report):
-    """The report as (kind, text) lines, as the terminal prints them (without colour)."""
+    """The report as (kind, text) lines, as the terminal prints them, without colour."""
     lines = []
     if not report["results"]:
         lines.append(("verdict", f"{report['verdict'].upper()}  {report['message']}"))

@@ -38,8 +38,10 @@ FILES = (
 
 
 class CatalogError(Exception):
-    """An exercise folder is malformed (a maintainer's error), or an id names no
-    exercise."""
+    """A malformed exercise folder, or an id that names no exercise.
+
+    A malformed folder is a maintainer's error.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +64,10 @@ class Exercise:
     dir: str
 
     def path(self, name):
-        """The path of one of the exercise's own files (``README.md``, ``starter.py``,
-        ...)."""
+        """The path of one of the exercise's own files.
+
+        Such as ``README.md`` or ``starter.py``.
+        """
         return os.path.join(self.dir, name)
 
     @property
@@ -77,8 +81,7 @@ class Exercise:
         return "practice-" + self.slug.replace("_", "-")
 
     def hints(self):
-        """The hints, in order: the sections of ``hints.md`` that start with ``##
-        Hint``."""
+        """The hints, in order: the ``## Hint`` sections of ``hints.md``."""
         with open(self.path("hints.md"), encoding="utf-8") as f:
             text = f.read()
         parts = re.split(r"^## .*$", text, flags=re.M)[1:]
@@ -86,8 +89,10 @@ class Exercise:
 
 
 def load_exercises(exercises_dir=EXERCISES_DIR):
-    """Every exercise, in number order. Raises :class:`CatalogError` naming a malformed
-    folder."""
+    """Every exercise, in number order.
+
+    Raises :class:`CatalogError` naming a malformed folder.
+    """
     if tomllib is None:
         raise CatalogError(
             "the judge needs Python 3.11 or newer (it reads TOML with tomllib)"
@@ -117,7 +122,8 @@ def _load_one(folder, chapters):
     m = re.fullmatch(r"(\d\d)_([a-z0-9_]+)", name)
     if not m:
         raise CatalogError(
-            f"exercise folder {name!r} must be named NN_slug (two digits, lower-case slug)"
+            f"exercise folder {name!r} must be named "
+            "NN_slug (two digits, lower-case slug)"
         )
     missing = [f for f in FILES if not os.path.isfile(os.path.join(folder, f))]
     if missing:
@@ -128,7 +134,8 @@ def _load_one(folder, chapters):
             raise CatalogError(f"{name}/exercise.toml lacks the key {key!r}")
     if meta["difficulty"] not in DIFFICULTIES:
         raise CatalogError(
-            f"{name}/exercise.toml: difficulty must be one of {DIFFICULTIES}, got {meta['difficulty']!r}"
+            f"{name}/exercise.toml: difficulty must be one of {DIFFICULTIES}, "
+            f"got {meta['difficulty']!r}"
         )
     chapter = int(meta["chapter"])
     ranks = bool(meta.get("ranks", False))
@@ -152,8 +159,10 @@ def _load_one(folder, chapters):
 
 
 def find(exercises, query):
-    """The exercise that ``query`` names: its id, number (``6`` or ``06``) or slug, or a
-    unique prefix."""
+    """The exercise that ``query`` names.
+
+    ``query`` is its id, number (``6`` or ``06``) or slug, or a unique prefix.
+    """
     q = str(query).strip().lower().rstrip("/")
     q = os.path.basename(q)
     if q.endswith(".py"):
@@ -167,7 +176,8 @@ def find(exercises, query):
     ids = ", ".join(ex.number for ex in exercises)
     if matches:
         raise CatalogError(
-            f"'{query}' could mean {', '.join(ex.id for ex in matches)}: give the number"
+            f"'{query}' could mean "
+            f"{', '.join(ex.id for ex in matches)}: give the number"
         )
     raise CatalogError(
         f"there is no exercise '{query}'. The exercises are numbered {ids}; "

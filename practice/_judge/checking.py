@@ -23,7 +23,7 @@ MAX_VALUE_CHARS = 400
 
 
 def check(name):
-    """Mark a function of ``checks.py`` as one check, shown to the reader as ``name``."""
+    """Mark a ``checks.py`` function as one check, shown to the reader as ``name``."""
 
     def mark(fn):
         fn.check_name = name
@@ -72,7 +72,10 @@ def verbatim(text):
 
 
 def expect_type(got, types, *, input, what="the result"):
-    """Fail unless ``got`` is an instance of ``types`` (bool never counts as a number)."""
+    """Fail unless ``got`` is an instance of ``types``.
+
+    ``bool`` never counts as a number.
+    """
     types = types if isinstance(types, tuple) else (types,)
     numeric = any(t in (int, float) for t in types)
     if isinstance(got, types) and not (
@@ -106,8 +109,10 @@ def _same_kind(a, b):
 
 
 def expect_close(got, expected, *, input, what="the result", rel=1e-9, abs_tol=1e-12):
-    """Fail unless numbers (or nested lists/tuples/dicts of numbers) agree within
-    tolerance."""
+    """Fail unless numbers agree within tolerance.
+
+    The numbers may be nested in lists, tuples and dicts.
+    """
     problem = _closeness_problem(got, expected, rel, abs_tol, path="")
     if problem:
         fail(
@@ -150,7 +155,10 @@ def _closeness_problem(got, expected, rel, abs_tol, path):
     if math.isnan(got) and not math.isnan(expected):
         return f"{_at(path)}: got NaN"
     if not math.isclose(got, expected, rel_tol=rel, abs_tol=abs_tol):
-        return f"{_at(path)}: {show(got)} is not within {rel:g} (relative) of {show(expected)}"
+        return (
+            f"{_at(path)}: {show(got)} is not within "
+            f"{rel:g} (relative) of {show(expected)}"
+        )
     return ""
 
 
@@ -159,7 +167,10 @@ def _at(path):
 
 
 def expect_raises(call, exceptions, *, input, what="your function"):
-    """Fail unless ``call()`` raises one of ``exceptions`` (bad input must be refused)."""
+    """Fail unless ``call()`` raises one of ``exceptions``.
+
+    Bad input must be refused.
+    """
     exceptions = exceptions if isinstance(exceptions, tuple) else (exceptions,)
     names = " or ".join(e.__name__ for e in exceptions)
     try:
@@ -167,7 +178,8 @@ def expect_raises(call, exceptions, *, input, what="your function"):
     except exceptions:
         return
     fail(
-        f"{what} should refuse this input with a {names} that names the fix, but it returned",
+        f"{what} should refuse this input with a {names} that names the fix, "
+        "but it returned",
         input=input,
         expected=verbatim(f"raise {names}"),
         got=returned,

@@ -26,14 +26,16 @@ from _judge.running import Solution, collect_checks, run_checks  # noqa: E402
 
 
 class CheckTimeout(Exception):
-    """A check ran past its time limit (raised by the alarm inside the reader's code)."""
+    """A check ran past its time limit; raised by the alarm inside the reader's code."""
 
     check_timeout = True
 
 
 def limit_resources(output_cap_bytes, memory_cap_bytes):
-    """Caps that turn a runaway into a clear verdict instead of a full disk, memory or a
-    core dump."""
+    """Caps that turn a runaway into a clear verdict.
+
+    Instead of a full disk, a full memory or a core dump.
+    """
     import resource
 
     # Huge output: writing past the cap kills this process with SIGXFSZ (Python ignores
@@ -51,8 +53,10 @@ def limit_resources(output_cap_bytes, memory_cap_bytes):
 
 @contextlib.contextmanager
 def alarm(seconds, what):
-    """Raise :class:`CheckTimeout` in this thread after ``seconds`` (an infinite loop, a
-    sleep)."""
+    """Raise :class:`CheckTimeout` in this thread after ``seconds``.
+
+    It stops an infinite loop or a sleep.
+    """
 
     def ring(signum, frame):
         raise CheckTimeout(

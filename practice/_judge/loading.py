@@ -1,5 +1,4 @@
-"""Loading the reader's file and an exercise's checks, with a verdict for every way it
-can fail.
+"""Loading the reader's file and an exercise's checks, with a verdict for each failure.
 
 Standard library only: the judge's child process and the browser (Pyodide)
 load files the same way, so a syntax error or a failing import reads the
@@ -53,13 +52,15 @@ def load_solution(path, guard=None):
         return None, {
             "verdict": "exit",
             "where": _reader_frames(e.__traceback__, path),
-            "message": f"your file called sys.exit({code_text}) while loading: a solution defines "
-            f"functions and returns answers instead of ending the process",
+            "message": f"your file called sys.exit({code_text}) "
+            "while loading: a solution defines functions and "
+            "returns answers instead of ending the process",
         }
     except ImportError as e:
         missing = getattr(e, "name", None)
         hint = (
-            f"there is no module named '{missing}' here: check the spelling, or use only what the starter imports"
+            f"there is no module named '{missing}' here: "
+            "check the spelling, or use only what the starter imports"
             if isinstance(e, ModuleNotFoundError) and missing
             else str(e)
         )

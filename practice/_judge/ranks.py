@@ -26,8 +26,7 @@ RANK_TIMEOUT_S = float(os.environ.get("JUDGE_RANK_TIMEOUT", "30"))
 
 
 def on_ranks(worker, world_size, *args, timeout_s=None):
-    """Run ``worker(*args)`` on ``world_size`` gloo ranks; return the results in rank
-    order.
+    """Run ``worker(*args)`` on ``world_size`` gloo ranks; return results in rank order.
 
     Functions and classes of the reader's file among ``args`` travel as
     :class:`ReaderObject`: each rank loads the reader's file itself, so a
@@ -57,8 +56,7 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
 
 
 def _call_resolved(worker, *args):
-    """In a rank: load the reader's objects from their file, then run the worker on
-    them."""
+    """In a rank: run the worker on the reader's objects, loaded from their file."""
     import faulthandler
 
     # A rank killed by a signal (gloo aborts on mismatched collectives) then prints its
@@ -76,8 +74,10 @@ def _by_path(obj):
 
 
 class ReaderObject:
-    """A function or class of the reader's file, named by file and name, loaded on first
-    use."""
+    """A function or class of the reader's file, loaded on first use.
+
+    It is named by its file and its name.
+    """
 
     def __init__(self, path, qualname):
         self.path = path
@@ -106,8 +106,10 @@ class ReaderObject:
 
 
 class DistSpy:
-    """What the code inside :func:`spy_on_dist` called: ``calls`` is a list of (name,
-    dtype, numel, nbytes)."""
+    """What the code inside :func:`spy_on_dist` called.
+
+    ``calls`` is a list of (name, dtype, numel, nbytes).
+    """
 
     def __init__(self):
         self.calls = []
@@ -121,8 +123,9 @@ class DistSpy:
 
 @contextlib.contextmanager
 def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
-    """Record calls to ``torch.distributed.<name>`` for each name; make the ``forbid``
-    ones raise.
+    """Record calls to ``torch.distributed.<name>`` for each name.
+
+    Calls to the ``forbid`` names raise instead.
 
     Patches the ``torch.distributed`` module and, for names the reader
     imported directly (``from torch.distributed import send``), the globals

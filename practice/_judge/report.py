@@ -102,7 +102,8 @@ def print_table(console, exercises, states, progress_warning=None):
     done = sum(1 for ex in exercises if states[ex.id].startswith("passed"))
     console.print(
         Text(
-            f"Progress: {done} of {len(exercises)} passed ({100 * done // max(len(exercises), 1)}%)",
+            f"Progress: {done} of {len(exercises)} passed "
+            f"({100 * done // max(len(exercises), 1)}%)",
             style="bold",
         )
     )
@@ -123,7 +124,8 @@ def print_next(console, exercises, states, after=None):
     if ex is None:
         console.print(
             Text(
-                "Every exercise passes. Well done: you have built data-parallel training from scratch.",
+                "Every exercise passes. Well done: "
+                "you have built data-parallel training from scratch.",
                 style="bold green",
             )
         )
@@ -140,8 +142,7 @@ def print_next(console, exercises, states, after=None):
 
 
 def print_report(console, ex, report, graded_path, hints_total=0):
-    """One exercise's grade: a line per check, the details of failures, and what to do
-    next."""
+    """One exercise's grade: a line per check, failure details, what to do next."""
     console.print(
         Text.assemble(
             (f"{ex.number} {ex.title}", "bold"),
@@ -189,7 +190,8 @@ def print_report(console, ex, report, graded_path, hints_total=0):
     )
     if hints_total:
         console.print(
-            f"Stuck? {command('hint', ex.number)}  ({hints_total} hint{'s' if hints_total > 1 else ''})"
+            f"Stuck? {command('hint', ex.number)}  "
+            f"({hints_total} hint{'s' if hints_total > 1 else ''})"
         )
     console.print(f"Statement: {rel(ex.path('README.md'))}")
 

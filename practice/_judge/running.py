@@ -68,7 +68,10 @@ def run_checks(checks, solution, path, on_start=None, on_result=None, guard=None
             if result["status"] in ("todo", "hang", "timeout", "exit") or result.pop(
                 "stop", False
             ):
-                stop_reason = f"not run: check {index + 1} ({checks[index].check_name}) must pass first"
+                stop_reason = (
+                    f"not run: check {index + 1} "
+                    f"({checks[index].check_name}) must pass first"
+                )
         results.append(result)
         if on_result:
             on_result(index, result)
@@ -100,7 +103,8 @@ def run_one(fn, solution, path, guard=None):
         return {
             "name": name,
             "status": "failed",
-            "message": f"your file defines no `{e.name}`: keep the names the starter file gives",
+            "message": f"your file defines no `{e.name}`: "
+            "keep the names the starter file gives",
         }
     except SystemExit as e:
         where = _reader_frames(e.__traceback__, path)
@@ -108,8 +112,9 @@ def run_one(fn, solution, path, guard=None):
             "name": name,
             "status": "exit",
             "where": where,
-            "message": f"your code called sys.exit({'' if e.code is None else show(e.code)}): "
-            f"a solution returns its answer instead of ending the process",
+            "message": "your code called "
+            f"sys.exit({'' if e.code is None else show(e.code)}): "
+            "a solution returns its answer instead of ending the process",
         }
     except KeyboardInterrupt:
         raise
@@ -143,7 +148,8 @@ def classify_exception(name, exc, path):
             "name": name,
             "status": "todo",
             "where": where,
-            "message": f"not written yet: your code raises {text}. Replace the `raise` with your solution",
+            "message": f"not written yet: your code raises {text}. "
+            "Replace the `raise` with your solution",
         }
     if isinstance(exc, MemoryError):
         return {
@@ -151,14 +157,16 @@ def classify_exception(name, exc, path):
             "status": "error",
             "where": where,
             "stop": True,  # the next checks would too
-            "message": "your code ran out of memory (MemoryError): is a list or tensor growing without end?",
+            "message": "your code ran out of memory (MemoryError): "
+            "is a list or tensor growing without end?",
         }
     if isinstance(exc, RecursionError):
         return {
             "name": name,
             "status": "error",
             "where": where[-600:],
-            "message": "your code recursed too deeply (RecursionError): does the recursion reach its base case?",
+            "message": "your code recursed too deeply (RecursionError): "
+            "does the recursion reach its base case?",
         }
     if where:
         return {
@@ -173,8 +181,9 @@ def classify_exception(name, exc, path):
         return {
             "name": name,
             "status": "error",
-            "message": f"the judge's Python lacks the module '{exc.name}': run it with the book's environment "
-            f"(`make test` creates .venv once; then `.venv/bin/python practice/judge.py`)",
+            "message": f"the judge's Python lacks the module '{exc.name}': "
+            "run it with the book's environment (`make test` creates .venv once; "
+            "then `.venv/bin/python practice/judge.py`)",
         }
     return {
         "name": name,
@@ -195,9 +204,10 @@ def _hang_result(name, exc, path):
         "name": name,
         "status": "hang",
         "where": "\n".join(lines),
-        "message": f"the ranks hung: ranks {sorted(exc.stuck)} never finished. Usually ranks wait for each "
-        f"other: a recv whose send never comes, or ranks calling different collectives (or the "
-        f"same ones in a different order, or with different sizes). Where each rank was stuck:",
+        "message": f"the ranks hung: ranks {sorted(exc.stuck)} never finished. "
+        "Usually ranks wait for each other: a recv whose send never comes, "
+        "or ranks calling different collectives (or the same ones in a "
+        "different order, or with different sizes). Where each rank was stuck:",
     }
 
 
@@ -242,8 +252,9 @@ def _rank_error_result(name, exc, path):
                 "status": "error",
                 "where": where,
                 "stop": True,
-                "message": f"{first}{detail}: the ranks called different collectives, or with different "
-                f"sizes. Every rank must make the same collective calls in the same order",
+                "message": f"{first}{detail}: the ranks called "
+                "different collectives, or with different sizes. "
+                "Every rank must make the same collective calls in the same order",
             }
         return {
             "name": name,
@@ -255,8 +266,9 @@ def _rank_error_result(name, exc, path):
         note = ""
         if "by peer" in last or "Connection reset" in last:
             note = (
-                ". Another rank stopped or called a different collective at that moment: ranks that "
-                "disagree on which collectives to call, or how many times, fail (or hang) like this"
+                ". Another rank stopped or called a different collective "
+                "at that moment: ranks that disagree on which collectives "
+                "to call, or how many times, fail (or hang) like this"
             )
         return {
             "name": name,
@@ -347,7 +359,7 @@ def describe(result):
 
 
 def overall(results):
-    """The verdict of a whole run of checks, and its summary line: (verdict, message)."""
+    """The verdict of a whole run of checks and its summary line: (verdict, message)."""
     statuses = [r["status"] for r in results]
     if all(s == "passed" for s in statuses):
         return "passed", f"all {len(results)} checks passed"

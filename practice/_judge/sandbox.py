@@ -54,8 +54,10 @@ class Report:
 
 
 def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None):
-    """Grade the reader's file ``path`` against ``exercise``'s checks; return a
-    :class:`Report`."""
+    """Grade the reader's file ``path`` against ``exercise``'s checks.
+
+    Returns a :class:`Report`.
+    """
     time_limit_s = time_limit_s or exercise.time_limit_s
     check_timeout_s = check_timeout_s or exercise.check_timeout_s
     work = tempfile.mkdtemp(prefix="judge-")
@@ -134,8 +136,10 @@ def _wait(proc, time_limit_s, out_path):
 
 
 def _kill_group(proc):
-    """Kill the child and everything it started (ranks, fork servers); never leave a
-    process."""
+    """Kill the child and everything it started (ranks, fork servers).
+
+    Never leave a process behind.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
@@ -226,8 +230,9 @@ def _report(
     ):
         return finish(
             "too much output",
-            f"your code printed more than {OUTPUT_CAP_BYTES // (1024 * 1024)} MB{during} "
-            f"and was stopped: is a print inside a loop that never ends?",
+            "your code printed more than "
+            f"{OUTPUT_CAP_BYTES // (1024 * 1024)} MB{during} and was stopped: "
+            "is a print inside a loop that never ends?",
         )
     if "load_error" in by_kind:
         e = by_kind["load_error"][0]
@@ -250,8 +255,9 @@ def _report(
     if "done" not in by_kind:
         return finish(
             "exit",
-            f"the process running your code ended{during} with exit status {returncode} before "
-            f"the checks were done: does your code call sys.exit() or os._exit()?",
+            f"the process running your code ended{during} with "
+            f"exit status {returncode} before the checks were done: "
+            "does your code call sys.exit() or os._exit()?",
         )
     verdict, message = overall(results)
     return Report(verdict, message, results, printed, "", seconds)

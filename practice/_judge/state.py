@@ -24,8 +24,7 @@ BACKUP_DIR = os.path.join(JUDGE_HOME, ".backup")
 
 
 def ensure_workspace(exercise):
-    """The reader's file for ``exercise``, copied from the starter if it does not exist
-    yet."""
+    """The reader's file for ``exercise``, copied from the starter if it is missing."""
     path = exercise.workspace
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -42,8 +41,10 @@ def is_untouched(exercise):
 
 
 def reset(exercise):
-    """Put the pristine starter back; return the backup path of the reader's file (or
-    None)."""
+    """Put the pristine starter back.
+
+    Returns the backup path of the reader's file, or None.
+    """
     path = exercise.workspace
     backup = None
     if os.path.exists(path) and not is_untouched(exercise):
@@ -116,8 +117,10 @@ class Progress:
 
 
 def state_of(exercise, progress):
-    """The reader's state of one exercise: 'passed', 'passed, edited since', 'failed',
-    'edited' or 'not started'."""
+    """The reader's state of one exercise.
+
+    One of 'passed', 'passed, edited since', 'failed', 'edited' or 'not started'.
+    """
     rec = progress.data["exercises"].get(exercise.id, {})
     if "state" in rec:
         changed = os.path.exists(exercise.workspace) and rec.get(

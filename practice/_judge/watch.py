@@ -18,8 +18,10 @@ POLL_S = 0.5
 
 
 def watch(args, exercises, console, progress, grade_one):
-    """Grade, then re-grade after every save, until Ctrl-C (or
-    ``JUDGE_WATCH_MAX_GRADES`` grades)."""
+    """Grade, then re-grade after every save, until Ctrl-C.
+
+    Or until ``JUDGE_WATCH_MAX_GRADES`` grades, when that variable is set.
+    """
     max_grades = int(os.environ.get("JUDGE_WATCH_MAX_GRADES", "0")) or None
     follow_next = args.target is None
     ex = (
@@ -50,7 +52,8 @@ def watch(args, exercises, console, progress, grade_one):
         how = "polling" if args.poll or not _has_watchdog() else "file events"
         console.print(
             report.Text(
-                f"Watching {report.rel(path)} ({how}): save it to grade again, Ctrl-C to stop.",
+                f"Watching {report.rel(path)} ({how}): "
+                "save it to grade again, Ctrl-C to stop.",
                 style="dim",
             )
         )
@@ -84,8 +87,10 @@ def _signature(path):
 
 
 def wait_for_change(path, poll=False, since=None):
-    """Return once the file at ``path`` differs from ``since`` (default: now) in
-    content, size or time."""
+    """Return once the file at ``path`` differs from ``since`` in content, size or time.
+
+    ``since`` defaults to now.
+    """
     before = _signature(path) if since is None else since
     if not poll and _has_watchdog():
         _wait_with_events(path, before)

@@ -1,5 +1,7 @@
-"""Shared fixtures of the judge's tests: the exercises, and every solution and starter
-graded once."""
+"""Shared fixtures of the judge's tests.
+
+The exercises, and every solution and starter graded once.
+"""
 
 import concurrent.futures
 import os
@@ -20,8 +22,7 @@ JOBS = int(os.environ.get("JUDGE_TEST_JOBS", "2"))
 
 
 def grade_everything(exercises):
-    """Every reference solution and every untouched starter, graded once, ``JOBS`` at a
-    time.
+    """Every reference solution and untouched starter, graded once, ``JOBS`` at a time.
 
     One pool for both keeps both cores busy to the end; rank exercises go first, being
     the slowest.

@@ -134,7 +134,7 @@ def test_hints_come_one_at_a_time(home):
 def test_reset_restores_the_starter_and_keeps_a_backup(home):
     judge(home, "06")
     path = workspace(home, BUCKETS)
-    path.write_text("def assign_buckets(p, c, f=None):\n    return 'my work'\n")
+    path.write_text("def buckets_for_parameters(p, c, f=None):\n    return 'my work'\n")
     out = judge(home, "reset", "06")
     assert out.returncode == 0 and "saved as" in out.stdout
     assert path.read_text() == open(BUCKETS.path("starter.py")).read()
@@ -149,7 +149,7 @@ def test_grading_never_changes_the_readers_file(home):
     judge(home, "06")
     path = workspace(home, BUCKETS)
     path.write_text(
-        "def assign_buckets(p, c, f=None):\n    while True:\n        pass\n"
+        "def buckets_for_parameters(p, c, f=None):\n    while True:\n        pass\n"
     )
     before = path.read_bytes()
     judge(home, "06", "--check-timeout", "1")

@@ -1,5 +1,4 @@
-"""Every exercise is complete, every reference solution passes, every untouched starter
-fails."""
+"""Exercises are complete, reference solutions pass, untouched starters fail."""
 
 import ast
 import os
@@ -45,8 +44,10 @@ def test_exercise_is_complete(exercise_id):
 
 @pytest.mark.parametrize("exercise_id", [ex.id for ex in EXERCISES if ex.browser])
 def test_browser_exercises_need_only_the_standard_library(exercise_id):
-    """Pyodide has no torch or numpy: what the page runs must import only the standard
-    library."""
+    """What the page runs must import only the standard library.
+
+    Pyodide has no torch or numpy.
+    """
     ex = catalog.find(EXERCISES, exercise_id)
     assert not ex.ranks
     for name in ("checks.py", "solution.py", "starter.py"):
@@ -71,7 +72,8 @@ def test_reference_solution_passes(exercise_id, graded_solutions):
     report = graded_solutions[exercise_id]
     failures = [r for r in report.results if r["status"] != "passed"]
     assert report.passed, (
-        f"{exercise_id}: {report.verdict}: {report.message}\n{failures}\n{report.printed}"
+        f"{exercise_id}: {report.verdict}: "
+        f"{report.message}\n{failures}\n{report.printed}"
     )
 
 

@@ -45,7 +45,7 @@ first_caps = st.one_of(st.none(), st.integers(0, 20000))
 @settings(max_examples=300, deadline=None)
 @given(sizes, caps, first_caps)
 def test_bucket_rule_accepts_the_reference(param_bytes, cap, first):
-    buckets = BUCKETS.assign_buckets(param_bytes, cap, first)
+    buckets = BUCKETS.buckets_for_parameters(param_bytes, cap, first)
     assert BUCKET_CHECKS.rule_broken(param_bytes, cap, first, buckets) == ""
 
 
@@ -58,7 +58,7 @@ def test_bucket_rule_rejects_every_other_split(param_bytes, cap, first, data):
     )
     bounds = [0] + [c for c in cuts if 0 < c < len(order)] + [len(order)]
     other = [order[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
-    if other != BUCKETS.assign_buckets(param_bytes, cap, first):
+    if other != BUCKETS.buckets_for_parameters(param_bytes, cap, first):
         assert BUCKET_CHECKS.rule_broken(param_bytes, cap, first, other) != ""
 
 

@@ -53,7 +53,7 @@ def test_syntax_error_names_the_line(tmp_path):
     path = write(
         tmp_path,
         """\
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             return [[i for i in range(len(param_bytes))]
         x = (
     """,
@@ -84,7 +84,7 @@ def test_exception_in_the_function_points_at_its_line(tmp_path):
     path = write(
         tmp_path,
         """\
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             ratio = cap_bytes / 0
             return []
     """,
@@ -94,7 +94,9 @@ def test_exception_in_the_function_points_at_its_line(tmp_path):
     problem = first_problem(report)
     assert problem["status"] == "error"
     assert "ZeroDivisionError" in problem["message"]
-    assert "line 2, in assign_buckets: ratio = cap_bytes / 0" in problem["where"]
+    assert (
+        "line 2, in buckets_for_parameters: ratio = cap_bytes / 0" in problem["where"]
+    )
 
 
 def test_missing_function_is_named(tmp_path):
@@ -103,13 +105,14 @@ def test_missing_function_is_named(tmp_path):
     )
     problem = first_problem(grade(BUCKETS, path))
     assert problem["status"] == "failed"
-    assert "defines no `assign_buckets`" in problem["message"]
+    assert "defines no `buckets_for_parameters`" in problem["message"]
 
 
 def test_wrong_type_is_a_failed_check_not_a_crash(tmp_path):
     path = write(
         tmp_path,
-        "def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):\n    pass\n",
+        "def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):\n"
+        "    pass\n",
     )
     problem = first_problem(grade(BUCKETS, path))
     assert problem["status"] == "failed"
@@ -120,7 +123,7 @@ def test_infinite_loop_is_stopped_by_the_check_alarm(tmp_path):
     path = write(
         tmp_path,
         """\
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             while True:
                 pass
     """,
@@ -138,7 +141,7 @@ def test_loop_that_swallows_the_alarm_is_killed_at_the_deadline(tmp_path):
     path = write(
         tmp_path,
         """\
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             while True:
                 try:
                     while True:
@@ -168,7 +171,7 @@ def test_sys_exit_in_the_function(tmp_path):
         tmp_path,
         """\
         import sys
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             sys.exit(3)
     """,
     )
@@ -191,7 +194,7 @@ def test_os_exit_ends_the_process_mid_check(tmp_path):
         tmp_path,
         """\
         import os
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             os._exit(0)
     """,
     )
@@ -206,7 +209,7 @@ def test_segfault_is_a_crash_with_the_line(tmp_path):
         tmp_path,
         """\
         import ctypes
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             return ctypes.string_at(0)
     """,
     )
@@ -221,7 +224,7 @@ def test_huge_output_is_cut_short(tmp_path):
     path = write(
         tmp_path,
         """\
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             while True:
                 print("spam " * 200)
     """,
@@ -288,11 +291,11 @@ def test_exception_on_a_rank_names_rank_and_line(tmp_path):
 
 
 def test_the_cli_never_shows_its_own_traceback(tmp_path):
-    """Through the command line: a clear verdict, exit status 1, no traceback of the
-    judge."""
+    """Through the command line: a clear verdict, exit status 1, no judge traceback."""
     cases = {
-        "syntax.py": "def assign_buckets(:\n",
-        "raises.py": "def assign_buckets(p, c, f=None):\n    return {}['missing']\n",
+        "syntax.py": "def buckets_for_parameters(:\n",
+        "raises.py": "def buckets_for_parameters(p, c, f=None):\n"
+        "    return {}['missing']\n",
         "exits.py": "import sys\nsys.exit(1)\n",
     }
     for name, source in cases.items():
@@ -321,7 +324,7 @@ def test_memory_that_grows_forever_is_a_memory_error(tmp_path):
     path = write(
         tmp_path,
         """\
-        def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
             hoard = []
             while True:
                 hoard.append(bytearray(3 * 10**8))

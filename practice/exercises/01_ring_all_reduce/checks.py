@@ -20,8 +20,10 @@ COLLECTIVES = (
 
 
 def worker(ring_all_reduce, shape, dtype_name, seed):
-    """On each rank: random data, the reader's ring all-reduce, and dist.all_reduce to
-    compare."""
+    """On each rank: random data, the reader's ring all-reduce, and dist.all_reduce.
+
+    dist.all_reduce gives the result to compare with.
+    """
     import torch
     import torch.distributed as dist
 
@@ -56,20 +58,25 @@ def worker(ring_all_reduce, shape, dtype_name, seed):
 
 
 def run(sol, world_size, shape, dtype_name="float32", seed=0):
-    shown = f"ring_all_reduce(x) on {world_size} ranks, x of shape {tuple(shape)}, {dtype_name}"
+    shown = (
+        f"ring_all_reduce(x) on {world_size} ranks, "
+        f"x of shape {tuple(shape)}, {dtype_name}"
+    )
     results = on_ranks(worker, world_size, sol.ring_all_reduce, shape, dtype_name, seed)
     for rank, r in enumerate(results):
         if r["in_place_diff"] > 1e-5:
             fail(
-                f"on rank {rank} the tensor does not hold the sum over all ranks afterwards "
-                f"(largest difference {r['in_place_diff']:.3g}); it must be summed in place",
+                f"on rank {rank} the tensor does not hold the sum over all ranks "
+                f"afterwards (largest difference {r['in_place_diff']:.3g}); "
+                "it must be summed in place",
                 input=shown,
                 expected=r["expected"],
                 got=r["got"],
             )
         if not r["returned_ok"]:
             fail(
-                f"on rank {rank} the function must return the tensor it was given, summed",
+                f"on rank {rank} the function must return "
+                "the tensor it was given, summed",
                 input=shown,
             )
     return shown, results

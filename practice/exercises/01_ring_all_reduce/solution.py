@@ -5,8 +5,10 @@ import torch.distributed as dist
 
 
 def ring_all_reduce(tensor):
-    """Sum ``tensor`` over all ranks, in place, with a ring of sends and receives;
-    return it."""
+    """Sum ``tensor`` over all ranks, in place, with a ring of sends and receives.
+
+    Returns ``tensor``, now holding the sum.
+    """
     rank, n = dist.get_rank(), dist.get_world_size()
     if n == 1:
         return tensor

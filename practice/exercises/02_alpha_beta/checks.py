@@ -19,7 +19,10 @@ def least_squares(xs, ys):
 
 
 def time_of(sol, nbytes, n, alpha, bw):
-    shown = f"ring_allreduce_seconds({nbytes!r}, {n!r}, alpha_s={alpha!r}, bandwidth_bytes_per_s={bw!r})"
+    shown = (
+        f"ring_allreduce_seconds({nbytes!r}, {n!r}, "
+        f"alpha_s={alpha!r}, bandwidth_bytes_per_s={bw!r})"
+    )
     got = sol.ring_allreduce_seconds(nbytes, n, alpha, bw)
     expect_type(got, (int, float), input=shown)
     return shown, got

@@ -2,8 +2,10 @@
 
 
 def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
-    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes
-    (alpha-beta model)."""
+    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes.
+
+    In the alpha-beta model.
+    """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if nbytes < 0 or alpha_s < 0:
@@ -15,10 +17,14 @@ def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
 
 
 def fit_alpha_beta(message_bytes, seconds):
-    """Least-squares (alpha_s, beta_s_per_byte) of ``seconds = alpha + beta * bytes``."""
+    """Fit ``seconds = alpha + beta * bytes`` by least squares.
+
+    Returns (alpha_s, beta_s_per_byte).
+    """
     if len(message_bytes) != len(seconds):
         raise ValueError(
-            f"{len(message_bytes)} sizes but {len(seconds)} times: give one time per size"
+            f"{len(message_bytes)} sizes but {len(seconds)} times: "
+            "give one time per size"
         )
     if len(set(message_bytes)) < 2:
         raise ValueError("need at least two distinct message sizes to fit a line")

@@ -6,11 +6,16 @@ then grade them:  python practice/judge.py 02
 
 
 def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
-    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes
-    (alpha-beta model)."""
+    """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes.
+
+    In the alpha-beta model.
+    """
     raise NotImplementedError("write ring_allreduce_seconds")
 
 
 def fit_alpha_beta(message_bytes, seconds):
-    """Least-squares (alpha_s, beta_s_per_byte) of ``seconds = alpha + beta * bytes``."""
+    """Fit ``seconds = alpha + beta * bytes`` by least squares.
+
+    Returns (alpha_s, beta_s_per_byte).
+    """
     raise NotImplementedError("write fit_alpha_beta")

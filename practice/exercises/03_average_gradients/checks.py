@@ -1,5 +1,4 @@
-"""Checks for exercise 03: on real gloo ranks, against single-process whole-batch
-gradients."""
+"""Checks for exercise 03: on real gloo ranks, against whole-batch gradients."""
 
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
@@ -62,14 +61,14 @@ def run(sol, world, seed=0, freeze=False):
     for rank, r in enumerate(results):
         if not r["none_ok"]:
             fail(
-                f"on rank {rank} a frozen parameter got a gradient, or a gradient was lost: skip "
-                f"parameters whose .grad is None",
+                f"on rank {rank} a frozen parameter got a gradient, "
+                "or a gradient was lost: skip parameters whose .grad is None",
                 input=shown,
             )
         if r["grad_diff"] > 1e-6:
             fail(
-                f"on rank {rank} the gradients differ from the whole batch's by up to {r['grad_diff']:.3g} "
-                f"(a sum instead of a mean?)",
+                f"on rank {rank} the gradients differ from the whole batch's "
+                f"by up to {r['grad_diff']:.3g} (a sum instead of a mean?)",
                 input=shown,
             )
     return shown, results

@@ -9,6 +9,8 @@ import torch.distributed as dist
 
 
 def average_gradients(model):
-    """Replace each parameter's .grad by its mean over all ranks (skip parameters
-    without one)."""
+    """Replace each parameter's .grad by its mean over all ranks.
+
+    Skip parameters whose .grad is None.
+    """
     raise NotImplementedError("write average_gradients")

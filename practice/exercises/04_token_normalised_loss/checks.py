@@ -1,5 +1,4 @@
-"""Checks for exercise 04: on real gloo ranks, against the single-process mean over all
-tokens."""
+"""Checks for exercise 04: on real gloo ranks, against the mean over all tokens."""
 
 from _judge.checking import check, expect_close, fail
 from _judge.ranks import on_ranks
@@ -79,20 +78,22 @@ def worker(token_normalised_loss, seed, counts):
 
 def run(sol, counts, seed):
     shown = (
-        f"{len(counts)} ranks holding {', '.join(map(str, counts))} target tokens (of 10); "
-        f"loss.backward(), then gradients averaged over ranks as DDP does"
+        f"{len(counts)} ranks holding {', '.join(map(str, counts))} target tokens "
+        "(of 10); loss.backward(), then gradients averaged over ranks as DDP does"
     )
     results = on_ranks(worker, len(counts), sol.token_normalised_loss, seed, counts)
     for rank, r in enumerate(results):
         if r["nan"]:
             fail(
-                f"on rank {rank} the loss or a gradient is NaN: guard the division by the token count",
+                f"on rank {rank} the loss or a gradient is NaN: "
+                "guard the division by the token count",
                 input=shown,
             )
         if r["diff"] > 1e-5:
             fail(
-                f"on rank {rank} the gradients differ from those of the mean over all target tokens "
-                f"by up to {r['diff']:.3g}: normalise by the global count, times the world size",
+                f"on rank {rank} the gradients differ from those of the "
+                f"mean over all target tokens by up to {r['diff']:.3g}: "
+                "normalise by the global count, times the world size",
                 input=shown,
             )
     expect_close(
@@ -101,7 +102,8 @@ def run(sol, counts, seed):
         input=shown,
         rel=1e-5,
         abs_tol=1e-7,
-        what="the mean over ranks of the returned losses (it must be the mean over all tokens)",
+        what="the mean over ranks of the returned losses "
+        "(it must be the mean over all tokens)",
     )
 
 

@@ -5,8 +5,10 @@ import torch.distributed as dist
 
 
 def token_normalised_loss(token_losses, mask):
-    """This rank's loss, so that averaging gradients over ranks gives the global
-    per-token mean's."""
+    """This rank's loss, normalised for averaging gradients over ranks.
+
+    Averaged over ranks, its gradients are those of the global per-token mean.
+    """
     local_sum = (
         token_losses * mask
     ).sum()  # multiply, not index: keeps a graph even with no token

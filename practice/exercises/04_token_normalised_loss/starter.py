@@ -9,6 +9,8 @@ import torch.distributed as dist
 
 
 def token_normalised_loss(token_losses, mask):
-    """This rank's loss, so that averaging gradients over ranks gives the global
-    per-token mean's."""
+    """This rank's loss, normalised for averaging gradients over ranks.
+
+    Averaged over ranks, its gradients are those of the global per-token mean.
+    """
     raise NotImplementedError("write token_normalised_loss")

@@ -18,7 +18,10 @@ def reference(n, world, rank, epoch=0, seed=0, shuffle=True, drop_last=False):
 
 
 def shards(sol, n, world, **kw):
-    shown = f"[shard_indices({n}, {world}, r{''.join(f', {k}={v!r}' for k, v in kw.items())}) for r in range({world})]"
+    shown = (
+        f"[shard_indices({n}, {world}, "
+        f"r{''.join(f', {k}={v!r}' for k, v in kw.items())}) for r in range({world})]"
+    )
     out = []
     for r in range(world):
         got = sol.shard_indices(n, world, r, **kw)
@@ -93,7 +96,8 @@ def new_epoch(sol):
     shown, second = shards(sol, 40, 2, epoch=1, seed=0)
     if first == second:
         fail(
-            "epoch 1 must shuffle differently from epoch 0 (seed the shuffle with seed + epoch)",
+            "epoch 1 must shuffle differently from epoch 0 "
+            "(seed the shuffle with seed + epoch)",
             input=shown,
             got=second,
         )

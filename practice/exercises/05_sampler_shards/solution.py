@@ -7,8 +7,10 @@ import random
 def shard_indices(
     dataset_len, world_size, rank, epoch=0, seed=0, shuffle=True, drop_last=False
 ):
-    """The dataset indices rank ``rank`` visits in epoch ``epoch`` (DistributedSampler's
-    rule)."""
+    """The dataset indices rank ``rank`` visits in epoch ``epoch``.
+
+    By DistributedSampler's rule.
+    """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:

@@ -11,6 +11,8 @@ import random
 def shard_indices(
     dataset_len, world_size, rank, epoch=0, seed=0, shuffle=True, drop_last=False
 ):
-    """The dataset indices rank ``rank`` visits in epoch ``epoch`` (DistributedSampler's
-    rule)."""
+    """The dataset indices rank ``rank`` visits in epoch ``epoch``.
+
+    By DistributedSampler's rule.
+    """
     raise NotImplementedError("write shard_indices")

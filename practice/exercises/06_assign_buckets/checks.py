@@ -11,7 +11,9 @@ def call(sol, *args, **kwargs):
     shown = ", ".join(
         [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     )
-    return f"assign_buckets({shown})", sol.assign_buckets(*args, **kwargs)
+    return f"buckets_for_parameters({shown})", sol.buckets_for_parameters(
+        *args, **kwargs
+    )
 
 
 def as_lists(shown, got):
@@ -81,8 +83,10 @@ def random_models(sol):
 
 
 def rule_broken(sizes, cap, first, buckets):
-    """What is wrong with ``buckets`` for this input, or '' (the rule determines one
-    answer)."""
+    """What is wrong with ``buckets`` for this input, or ''.
+
+    The rule determines a single answer.
+    """
     first = min(cap, MB) if first is None else first
     flat = [i for b in buckets for i in b]
     if sorted(flat) != list(range(len(sizes))):
@@ -95,11 +99,14 @@ def rule_broken(sizes, cap, first, buckets):
         bucket_cap = first if k == 0 else cap
         total = sum(sizes[i] for i in b)
         if k < len(buckets) - 1 and total < bucket_cap:
-            return f"bucket {k} ({total} bytes) was closed before it reached its cap ({bucket_cap} bytes)"
+            return (
+                f"bucket {k} ({total} bytes) was closed before "
+                f"it reached its cap ({bucket_cap} bytes)"
+            )
         if len(b) > 1 and total - sizes[b[-1]] >= bucket_cap:
             return (
-                f"bucket {k} reached its cap ({bucket_cap} bytes) before its last parameter "
-                f"{b[-1]}: it should have been closed earlier"
+                f"bucket {k} reached its cap ({bucket_cap} bytes) before its "
+                f"last parameter {b[-1]}: it should have been closed earlier"
             )
     return ""
 
@@ -107,12 +114,12 @@ def rule_broken(sizes, cap, first, buckets):
 @check("bad input raises ValueError")
 def bad_input(sol):
     expect_raises(
-        lambda: sol.assign_buckets([4, -1], cap_bytes=8),
+        lambda: sol.buckets_for_parameters([4, -1], cap_bytes=8),
         ValueError,
-        input="assign_buckets([4, -1], cap_bytes=8)",
+        input="buckets_for_parameters([4, -1], cap_bytes=8)",
     )
     expect_raises(
-        lambda: sol.assign_buckets([4, 4], cap_bytes=-1),
+        lambda: sol.buckets_for_parameters([4, 4], cap_bytes=-1),
         ValueError,
-        input="assign_buckets([4, 4], cap_bytes=-1)",
+        input="buckets_for_parameters([4, 4], cap_bytes=-1)",
     )

@@ -3,7 +3,7 @@
 MB = 1024 * 1024
 
 
-def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
     """Group parameters into buckets, walking them in backward order.
 
     param_bytes: gradient bytes of each parameter, in forward order.

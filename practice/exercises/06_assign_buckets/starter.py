@@ -7,10 +7,10 @@ below, then grade it:  python practice/judge.py 06
 MB = 1024 * 1024
 
 
-def assign_buckets(param_bytes, cap_bytes, first_cap_bytes=None):
+def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
     """Group parameters into buckets, walking them in backward order.
 
     param_bytes: gradient bytes of each parameter, in forward order.
     Returns a list of buckets (lists of forward indices), in launch order.
     """
-    raise NotImplementedError("write assign_buckets")
+    raise NotImplementedError("write buckets_for_parameters")

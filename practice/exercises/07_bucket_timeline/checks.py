@@ -172,10 +172,12 @@ def bad_input(sol):
     expect_raises(
         lambda: sol.simulate_backward([1, 1], [10, 10], [[0]], 2, 0.0, 1.0),
         ValueError,
-        input="simulate_backward([1, 1], [10, 10], [[0]], 2, 0.0, 1.0)  # layer 1 in no bucket",
+        input="simulate_backward([1, 1], [10, 10], [[0]], 2, 0.0, 1.0)"
+        "  # layer 1 in no bucket",
     )
     expect_raises(
         lambda: sol.simulate_backward([1, 1], [10, 10], [[0, 1], [1]], 2, 0.0, 1.0),
         ValueError,
-        input="simulate_backward([1, 1], [10, 10], [[0, 1], [1]], 2, 0.0, 1.0)  # layer 1 twice",
+        input="simulate_backward([1, 1], [10, 10], [[0, 1], [1]], 2, 0.0, 1.0)"
+        "  # layer 1 twice",
     )

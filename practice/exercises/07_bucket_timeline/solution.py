@@ -14,7 +14,8 @@ def simulate_backward(
     """When each bucket's all-reduce runs, and how much of it the backward hides."""
     if len(layer_backward_s) != len(layer_grad_bytes):
         raise ValueError(
-            f"{len(layer_backward_s)} backward times but {len(layer_grad_bytes)} gradient sizes"
+            f"{len(layer_backward_s)} backward times "
+            f"but {len(layer_grad_bytes)} gradient sizes"
         )
     flat = sorted(i for bucket in buckets for i in bucket)
     if flat != list(range(len(layer_backward_s))):

@@ -1,4 +1,4 @@
-"""Checks for exercise 08: on real gloo ranks, against single-process whole-batch SGD."""
+"""Checks for exercise 08: on real gloo ranks, against whole-batch SGD."""
 
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks
@@ -48,7 +48,10 @@ def no_sync_worker(TinyDDP, raise_inside):
 @check("no all-reduce inside no_sync, syncing again after it")
 def no_sync_silences(sol):
     results = on_ranks(no_sync_worker, 2, sol.TinyDDP, False)
-    shown = "with ddp.no_sync(): loss.backward()   then, outside it: loss.backward()  (2 ranks)"
+    shown = (
+        "with ddp.no_sync(): loss.backward()   "
+        "then, outside it: loss.backward()  (2 ranks)"
+    )
     r = results[0]
     expect_equal(
         r["inside"], 0, input=shown, what="the number of all-reduces inside no_sync"
@@ -57,14 +60,18 @@ def no_sync_silences(sol):
         r["after"],
         r["n_params"],
         input=shown,
-        what="the number of all-reduces in the backward after the block (one per parameter)",
+        what="the number of all-reduces in the backward after the block "
+        "(one per parameter)",
     )
 
 
 @check("syncing comes back even when the block raises")
 def no_sync_exception(sol):
     results = on_ranks(no_sync_worker, 2, sol.TinyDDP, True)
-    shown = "with ddp.no_sync(): raise KeyError   then, outside it: loss.backward()  (2 ranks)"
+    shown = (
+        "with ddp.no_sync(): raise KeyError   "
+        "then, outside it: loss.backward()  (2 ranks)"
+    )
     expect_equal(
         results[0]["after"],
         results[0]["n_params"],
@@ -134,13 +141,14 @@ def run_training(sol, world, configs):
     for rank, per_config in enumerate(results):
         for r in per_config:
             shown = (
-                f"{world} ranks, {r['steps']} step(s) of train_step with {r['accum']} micro-batch(es) of "
-                f"{MICRO} examples each, SGD lr=0.1"
+                f"{world} ranks, {r['steps']} step(s) of train_step with "
+                f"{r['accum']} micro-batch(es) of {MICRO} examples each, SGD lr=0.1"
             )
             if r["diff"] > 1e-6:
                 fail(
-                    f"on rank {rank} the weights differ from single-process training on the whole batch by up "
-                    f"to {r['diff']:.3g} (loss divided by the number of micro-batches? zero_grad first?)",
+                    f"on rank {rank} the weights differ from single-process "
+                    f"training on the whole batch by up to {r['diff']:.3g} "
+                    "(loss divided by the number of micro-batches? zero_grad first?)",
                     input=shown,
                 )
     return results

@@ -32,8 +32,10 @@ class TinyDDP(torch.nn.Module):
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Inside this block, backward() accumulates gradients locally, with no
-        communication."""
+        """Inside this block, backward() accumulates gradients locally.
+
+        It communicates nothing.
+        """
         previous = self.require_sync
         self.require_sync = False
         try:
@@ -43,8 +45,10 @@ class TinyDDP(torch.nn.Module):
 
 
 def train_step(ddp, optimizer, micro_batches, loss_fn):
-    """One optimizer step over several micro-batches, communicating only after the last
-    one."""
+    """One optimizer step over several micro-batches.
+
+    Gradients are communicated only after the last micro-batch.
+    """
     optimizer.zero_grad()
     k = len(micro_batches)
     for i, (x, y) in enumerate(micro_batches):

@@ -36,13 +36,17 @@ class TinyDDP(torch.nn.Module):
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Inside this block, backward() accumulates gradients locally, with no
-        communication."""
+        """Inside this block, backward() accumulates gradients locally.
+
+        It communicates nothing.
+        """
         raise NotImplementedError("write no_sync")
         yield
 
 
 def train_step(ddp, optimizer, micro_batches, loss_fn):
-    """One optimizer step over several micro-batches, communicating only after the last
-    one."""
+    """One optimizer step over several micro-batches.
+
+    Gradients are communicated only after the last micro-batch.
+    """
     raise NotImplementedError("write train_step")

@@ -10,8 +10,10 @@ RANK_PRELOAD = (
 
 
 class FakeBucket:
-    """What a hook sees of a DDP bucket (``dist.GradBucket``), enough to call a hook
-    directly."""
+    """What a hook sees of a DDP bucket (``dist.GradBucket``).
+
+    Enough to call a hook directly.
+    """
 
     def __init__(self, buffer):
         self._buffer = buffer
@@ -64,20 +66,21 @@ def direct_worker(hook, none_state, seed):
 
 def run_direct(sol, world, none_state, seed):
     shown = (
-        f"bf16_hook({'None' if none_state else 'dist.group.WORLD'}, bucket) on {world} ranks, "
-        f"bucket.buffer() = 1000 random float32 gradients"
+        f"bf16_hook({'None' if none_state else 'dist.group.WORLD'}, bucket) "
+        f"on {world} ranks, bucket.buffer() = 1000 random float32 gradients"
     )
     results = on_ranks(direct_worker, world, sol.bf16_hook, none_state, seed)
     for rank, r in enumerate(results):
         if not r["is_future"]:
             fail(
-                f"the hook must return a torch.futures.Future (from work.get_future().then(...)), "
-                f"it returned a {r['value_type']}",
+                "the hook must return a torch.futures.Future "
+                f"(from work.get_future().then(...)), it returned a {r['value_type']}",
                 input=shown,
             )
         if not r["ok_tensor"]:
             fail(
-                f"the future's value must be the flat bucket tensor, got a {r['value_type']}",
+                "the future's value must be the flat bucket tensor, "
+                f"got a {r['value_type']}",
                 input=shown,
             )
         expect_equal(
@@ -88,8 +91,9 @@ def run_direct(sol, world, none_state, seed):
         )
         if r["rel"] > 2**-7:
             fail(
-                f"on rank {rank} the value is not the average over ranks (largest relative error "
-                f"{r['rel']:.3g}, more than bf16's precision): divide by the world size",
+                f"on rank {rank} the value is not the average over "
+                f"ranks (largest relative error {r['rel']:.3g}, "
+                "more than bf16's precision): divide by the world size",
                 input=shown,
             )
         expect_equal(
@@ -160,12 +164,15 @@ def ddp_worker(hook, steps):
 @check("registered on PyTorch's DDP: trains like PyTorch's own bf16 compression")
 def on_ddp(sol):
     results = on_ranks(ddp_worker, 2, sol.bf16_hook, 3)
-    shown = "2 ranks, DistributedDataParallel(model).register_comm_hook(None, bf16_hook), 3 SGD steps"
+    shown = (
+        "2 ranks, DistributedDataParallel(model).register_comm_hook(None, bf16_hook), "
+        "3 SGD steps"
+    )
     for rank, r in enumerate(results):
         if r["diff"] > 1e-3:
             fail(
-                f"on rank {rank} the weights differ from those trained with PyTorch's bf16 hook by up to "
-                f"{r['diff']:.3g}",
+                f"on rank {rank} the weights differ from those trained "
+                f"with PyTorch's bf16 hook by up to {r['diff']:.3g}",
                 input=shown,
             )
         expect_equal(

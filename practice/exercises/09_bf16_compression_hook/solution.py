@@ -5,8 +5,10 @@ import torch.distributed as dist
 
 
 def bf16_hook(state, bucket):
-    """All-reduce ``bucket`` as bfloat16; return a Future of the averaged float32
-    buffer."""
+    """All-reduce ``bucket`` as bfloat16.
+
+    Returns a Future of the averaged float32 buffer.
+    """
     group = state if state is not None else dist.group.WORLD
     buffer = bucket.buffer()
     # Divide before the sum: the sum of N values cannot then grow past any one of them.

@@ -9,6 +9,8 @@ import torch.distributed as dist
 
 
 def bf16_hook(state, bucket):
-    """All-reduce ``bucket`` as bfloat16; return a Future of the averaged float32
-    buffer."""
+    """All-reduce ``bucket`` as bfloat16.
+
+    Returns a Future of the averaged float32 buffer.
+    """
     raise NotImplementedError("write bf16_hook")

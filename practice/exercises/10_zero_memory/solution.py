@@ -9,8 +9,10 @@ def _validate(n_params, stage):
 
 
 def per_rank_bytes(n_params, world_size, stage, k=12):
-    """Bytes each rank holds for weights, gradients and optimizer state at a ZeRO stage
-    (0 = DDP)."""
+    """Bytes each rank holds for weights, gradients and optimizer state at a ZeRO stage.
+
+    Stage 0 is plain DDP.
+    """
     _validate(n_params, stage)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")

@@ -6,8 +6,10 @@ then grade them:  python practice/judge.py 10
 
 
 def per_rank_bytes(n_params, world_size, stage, k=12):
-    """Bytes each rank holds for weights, gradients and optimizer state at a ZeRO stage
-    (0 = DDP)."""
+    """Bytes each rank holds for weights, gradients and optimizer state at a ZeRO stage.
+
+    Stage 0 is plain DDP.
+    """
     raise NotImplementedError("write per_rank_bytes")
 
 

@@ -1,5 +1,4 @@
-"""Checks for exercise 11: on real gloo ranks, against torch.optim.Adam on the whole
-batch."""
+"""Checks for exercise 11: on real gloo ranks, against whole-batch torch.optim.Adam."""
 
 import math
 
@@ -78,14 +77,14 @@ def run(sol, world, steps=3, seed=0, tiny=False):
     for rank, r in enumerate(results):
         if r["diff"] > 1e-5:
             fail(
-                f"on rank {rank} the weights differ from torch.optim.Adam on the whole batch by up to "
-                f"{r['diff']:.3g}",
+                f"on rank {rank} the weights differ from torch.optim.Adam "
+                f"on the whole batch by up to {r['diff']:.3g}",
                 input=shown,
             )
         if r["spread"] > 0:
             fail(
-                f"rank {rank}'s weights differ from another rank's by {r['spread']:.3g}: "
-                f"every rank must end with every updated slice",
+                f"rank {rank}'s weights differ from another rank's by "
+                f"{r['spread']:.3g}: every rank must end with every updated slice",
                 input=shown,
             )
     return shown, results

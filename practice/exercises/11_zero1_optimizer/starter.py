@@ -26,8 +26,10 @@ def unflatten_into(tensors, flat):
 
 
 class ShardedAdam:
-    """Adam whose moments for each slice of the parameters live on one rank only
-    (ZeRO-1)."""
+    """Adam whose moments for each slice of the parameters live on one rank only.
+
+    This is ZeRO-1.
+    """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
         self.params = list(params)
@@ -37,8 +39,10 @@ class ShardedAdam:
         )
 
     def step(self):
-        """Update this rank's slice with Adam, then all-gather every rank's slice into
-        the parameters."""
+        """Update this rank's slice with Adam, then all-gather every rank's slice.
+
+        The gathered slices go into the parameters.
+        """
         raise NotImplementedError("write ShardedAdam.step")
 
     def zero_grad(self):

@@ -12,8 +12,7 @@ def sync_report(
     bucket_bytes=25 * 2**20,
     alpha_s=0.0,
 ):
-    """How long the bucketed gradient all-reduce takes, and how much of it the backward
-    hides."""
+    """How long the bucketed gradient all-reduce takes, and what the backward hides."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if bandwidth_bytes_per_s <= 0 or bucket_bytes <= 0:

@@ -16,6 +16,5 @@ def sync_report(
     bucket_bytes=25 * 2**20,
     alpha_s=0.0,
 ):
-    """How long the bucketed gradient all-reduce takes, and how much of it the backward
-    hides."""
+    """How long the bucketed gradient all-reduce takes, and what the backward hides."""
     raise NotImplementedError("write sync_report")

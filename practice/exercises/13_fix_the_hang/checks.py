@@ -1,5 +1,4 @@
-"""Checks for exercise 13: on real gloo ranks; a hang is stopped and reported, not
-waited for."""
+"""Checks for exercise 13: on real gloo ranks; a hang is reported, not waited for."""
 
 from _judge.checking import check, expect_close, fail
 from _judge.ranks import on_ranks
@@ -53,7 +52,10 @@ def worker(train_and_log, counts, seed):
 
 
 def run(sol, counts, seed):
-    shown = f"{len(counts)} ranks holding {', '.join(map(str, counts))} batches of 3 examples, SGD lr=0.1"
+    shown = (
+        f"{len(counts)} ranks holding {', '.join(map(str, counts))} "
+        "batches of 3 examples, SGD lr=0.1"
+    )
     results = on_ranks(
         worker, len(counts), sol.train_and_log, counts, seed, timeout_s=HANG_TIMEOUT_S
     )
@@ -64,12 +66,13 @@ def run(sol, counts, seed):
             input=shown,
             rel=1e-5,
             abs_tol=1e-7,
-            what=f"the losses rank {rank} returns (one global mean per step, on every rank)",
+            what=f"the losses rank {rank} returns "
+            "(one global mean per step, on every rank)",
         )
         if r["diff"] > 1e-6:
             fail(
-                f"on rank {rank} the weights differ from single-process training on the whole batch "
-                f"by up to {r['diff']:.3g}",
+                f"on rank {rank} the weights differ from single-process "
+                f"training on the whole batch by up to {r['diff']:.3g}",
                 input=shown,
             )
 

@@ -6,9 +6,11 @@ import torch.nn.functional as F
 
 
 def train_and_log(model, optimizer, batches):
-    """Train on this rank's batches; return the global mean loss of each step, the same
-    on every rank."""
-    rank, world = dist.get_rank(), dist.get_world_size()
+    """Train on this rank's batches; return the global mean loss of each step.
+
+    The losses are the same on every rank.
+    """
+    world = dist.get_world_size()
     # Bug 1: ranks with more batches would wait forever in their extra all-reduces.
     # Agree first on how many steps everyone can take.
     steps = torch.tensor(len(batches))

@@ -10,8 +10,10 @@ import torch.nn.functional as F
 
 
 def train_and_log(model, optimizer, batches):
-    """Train on this rank's batches; return the global mean loss of each step, the same
-    on every rank."""
+    """Train on this rank's batches; return the global mean loss of each step.
+
+    The losses are the same on every rank.
+    """
     rank, world = dist.get_rank(), dist.get_world_size()
     losses = []
     for x, y in batches:
