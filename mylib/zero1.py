@@ -124,20 +124,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         average_gradients=False,
         **defaults,
     ):
-        if not (
-            isinstance(optimizer_class, type)
-            and issubclass(optimizer_class, torch.optim.Optimizer)
-        ):
-            raise TypeError(
-                "optimizer_class must be a torch.optim.Optimizer subclass such as "
-                "torch.optim.AdamW (the class, not an instance), "
-                f"got {optimizer_class!r}"
-            )
-        if not dist.is_initialized():
-            raise RuntimeError(
-                "ShardedOptimizer needs a process group: call dist.init_process_group "
-                "first (mylib.run_ranks and torchrun do it for you)"
-            )
+        _check_arguments(optimizer_class)
         super().__init__(params, defaults)
         self.optimizer_class = optimizer_class
         self.process_group = process_group
@@ -345,6 +332,26 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
 # Optimizer state that is one number per parameter tensor, not one per element.
 SCALAR_STATE_KEYS = {"step", "mu_product"}
+
+
+# -- guard rails ----------------------------------------------------------------------
+
+
+def _check_arguments(optimizer_class):
+    if not (
+        isinstance(optimizer_class, type)
+        and issubclass(optimizer_class, torch.optim.Optimizer)
+    ):
+        raise TypeError(
+            "optimizer_class must be a torch.optim.Optimizer subclass such as "
+            "torch.optim.AdamW (the class, not an instance), "
+            f"got {optimizer_class!r}"
+        )
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "ShardedOptimizer needs a process group: call dist.init_process_group "
+            "first (mylib.run_ranks and torchrun do it for you)"
+        )
 
 
 def _copy(value):
