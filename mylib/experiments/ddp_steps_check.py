@@ -78,20 +78,27 @@ def compare_steps(
     ``optimizer.zero_grad``.
     """
     rank, world = dist.get_rank(), dist.get_world_size()
-    batches = global_batches(steps, per_rank * world, sizes, dtype=dtype)
-    shard = slice(rank * per_rank, (rank + 1) * per_rank)
-    train = dict(batches=batches, lr=lr, set_to_none=set_to_none)
     single = mlp(sizes, seed=0, dtype=dtype)
-    _train(single, shard=slice(None), **train)
     ddp = nn.parallel.DistributedDataParallel(
         mlp(sizes, seed=rank, dtype=dtype), bucket_cap_mb=max(bucket_cap_mb, 1e-6)
     )
-    _train(ddp, shard=shard, **train)
+    # Every rank starts from its own weights: each wrapper must broadcast rank 0's.
+    models = {
+        name: wrap(mlp(sizes, seed=rank, dtype=dtype))
+        for name, wrap in wrappers(bucket_cap_mb)
+    }
+    models.update(single=single, ddp=ddp)
+    opts = {name: torch.optim.SGD(m.parameters(), lr=lr) for name, m in models.items()}
+    records = {name: {k: [] for k in _RECORDED} for name in models}
+    shard = slice(rank * per_rank, (rank + 1) * per_rank)
+    for x, y in global_batches(steps, per_rank * world, sizes, dtype=dtype):
+        # One step of every model in turn: the machine's drift hits them alike.
+        for name, model in models.items():
+            xs, ys = (x, y) if model is single else (x[shard], y[shard])
+            _step(model, opts[name], xs, ys, set_to_none, records[name])
     rows = []
-    for name, wrap in wrappers(bucket_cap_mb):
-        # Every rank starts from its own weights: the wrapper must broadcast.
-        model = wrap(mlp(sizes, seed=rank, dtype=dtype))
-        row = _train(model, shard=shard, **train)
+    for name, _ in wrappers(bucket_cap_mb):
+        model, row = models[name], records[name]
         timed = row["step_s"][1:] or row["step_s"]
         params = [p for p in model.module.parameters() if p.requires_grad]
         buckets = getattr(model, "buckets", None)
@@ -108,32 +115,30 @@ def compare_steps(
     return rows
 
 
-def _train(model, *, batches, shard, lr, set_to_none):
-    """SGD on ``model``, each step on ``x[shard]``; what each step launched."""
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    wrapped = hasattr(model, "finish_gradient_sync")
-    record = {k: [] for k in ("collectives", "in_backward", "copied_bytes", "own")}
-    record["step_s"] = []
-    for x, y in batches:
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=set_to_none)
-        copies = _mylib_copies(model) if isinstance(model, MyDDP) else 0
-        loss = nn.functional.mse_loss(model(x[shard]), y[shard])
-        with comm.count_bytes() as during_backward:
-            loss.backward()
-        with comm.count_bytes() as after:
-            if wrapped:
-                model.finish_gradient_sync()
-        opt.step()
-        record["step_s"].append(time.perf_counter() - start)
-        launched = during_backward.calls["all_reduce"]
-        record["in_backward"].append(launched)
-        record["collectives"].append(launched + after.calls["all_reduce"])
-        record["copied_bytes"].append(getattr(model, "copied_bytes", copies))
-        counts = hasattr(model, "launched_in_backward")  # the four steps count
-        own = (model.collectives, model.launched_in_backward) if counts else None
-        record["own"].append(own)
-    return record
+_RECORDED = ("collectives", "in_backward", "copied_bytes", "own", "step_s")
+
+
+def _step(model, opt, x, y, set_to_none, record):
+    """One SGD step of ``model``; appends what it launched, copied and took."""
+    start = time.perf_counter()
+    opt.zero_grad(set_to_none=set_to_none)
+    copies = _mylib_copies(model) if isinstance(model, MyDDP) else 0
+    loss = nn.functional.mse_loss(model(x), y)
+    with comm.count_bytes() as during_backward:
+        loss.backward()
+    with comm.count_bytes() as after:
+        if hasattr(model, "finish_gradient_sync"):
+            model.finish_gradient_sync()
+    opt.step()
+    record["step_s"].append(time.perf_counter() - start)
+    launched = during_backward.calls["all_reduce"]
+    record["in_backward"].append(launched)
+    record["collectives"].append(launched + after.calls["all_reduce"])
+    record["copied_bytes"].append(getattr(model, "copied_bytes", copies))
+    counts = hasattr(model, "launched_in_backward")  # the four steps count
+    record["own"].append(
+        (model.collectives, model.launched_in_backward) if counts else None
+    )
 
 
 def _mylib_copies(model):
