@@ -30,10 +30,10 @@ from mylib.ddp_steps import (
 from mylib.experiments.common import global_batches, max_param_diff, mlp
 
 NAMES = (
-    "1 all-reduce after backward",
-    "2 all-reduce per param hook",
-    "3 buckets, cat + copy back",
-    "4 buckets, .grad as views",
+    "1 after backward",
+    "2 hook per parameter",
+    "3 buckets, cat, copy back",
+    "4 buckets, .grad views",
     "MyDDP",
 )
 
@@ -157,16 +157,16 @@ def table(rows):
     Counts come from rank 0; differences and times are the worst over ranks.
     """
     lines = [
-        f"{'step':29s} {'all-':>5s} {'in':>5s} {'copied':>7s} "
-        f"{'max |diff| vs':>17s} {'median':>8s}",
-        f"{'':29s} {'reds':>5s} {'bwd':>5s} {'KB':>7s} "
+        f"{'':25s} {'all-reduces':>16s} {'copied':>8s} {'max |diff| vs':>17s} "
+        f"{'median':>8s}",
+        f"{'step':25s} {'per step':>8s} {'in bwd':>7s} {'KB/step':>8s} "
         f"{'1 proc':>8s} {'DDP':>8s} {'step ms':>8s}",
     ]
     for i, row in enumerate(rows[0]):
         mine = [ranks[i] for ranks in rows]
         lines.append(
-            f"{row['name']:29s} {row['collectives'][-1]:5d} "
-            f"{row['in_backward'][-1]:5d} {row['copied_bytes'][-1] / 1024:7.0f} "
+            f"{row['name']:25s} {row['collectives'][-1]:8d} "
+            f"{row['in_backward'][-1]:7d} {row['copied_bytes'][-1] / 1024:8.0f} "
             f"{max(r['vs_single'] for r in mine):8.1e} "
             f"{max(r['vs_ddp'] for r in mine):8.1e} "
             f"{max(r['step_ms'] for r in mine):8.2f}"
