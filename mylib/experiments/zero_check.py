@@ -181,69 +181,44 @@ def build(setup, model, config):
 
     Returns (model to call, optimizer, sync after backward).
     """
+    if setup not in SETUPS:
+        raise ValueError(f"unknown setup {setup!r}; choose one of {sorted(SETUPS)}")
     opt_class, lr, cap = config["optimizer"], config["lr"], config["bucket_cap_mb"]
-    # the stages that need no call between backward and step
-    no_sync = lambda: None  # noqa: E731
-    if setup == "ddp":
-        ddp = MyDDP(model, bucket_cap_mb=cap)
-        return (
-            ddp,
-            opt_class(param_groups(model, config), lr=lr),
-            ddp.finish_gradient_sync,
-        )
-    if setup == "zero1":
-        return (
-            model,
-            ShardedOptimizer(
-                param_groups(model, config), opt_class, average_gradients=True, lr=lr
-            ),
-            no_sync,
-        )
-    if setup == "zero1-ddp":
-        ddp = MyDDP(model, bucket_cap_mb=cap)
-        return (
-            ddp,
-            ShardedOptimizer(param_groups(model, config), opt_class, lr=lr),
-            ddp.finish_gradient_sync,
-        )
-    if setup == "zero2":
-        return (
-            model,
-            ShardedGradOptimizer(
-                param_groups(model, config), opt_class, bucket_cap_mb=cap, lr=lr
-            ),
-            no_sync,
-        )
-    if setup in ("zero3", "zero3-prefetch"):
-        # before wrapping: afterwards every parameter is a 1-D piece
-        groups = param_groups(model, config)
-        sharded = ShardedModel(
+    # before wrapping: ZeRO-3 makes every parameter a 1-D piece
+    groups = param_groups(model, config)
+    # the model to call, and what to call between backward and step
+    wrapped, sync = model, lambda: None
+    if setup in ("ddp", "zero1-ddp"):
+        wrapped = MyDDP(model, bucket_cap_mb=cap)
+        sync = wrapped.finish_gradient_sync
+    elif setup in ("torch-ddp", "torch-zero1"):
+        wrapped = torch.nn.parallel.DistributedDataParallel(model)
+    elif setup in ("zero3", "zero3-prefetch"):
+        wrapped = ShardedModel(
             model, unit_modules=list(model.blocks), prefetch=setup == "zero3-prefetch"
         )
-        return sharded, opt_class(groups, lr=lr), no_sync
-    if setup == "torch-ddp":
-        return (
-            torch.nn.parallel.DistributedDataParallel(model),
-            opt_class(param_groups(model, config), lr=lr),
-            no_sync,
-        )
-    if setup == "torch-zero1":
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
-        return (
-            ddp,
-            ZeroRedundancyOptimizer(param_groups(model, config), opt_class, lr=lr),
-            no_sync,
-        )
-    if setup == "torch-fsdp":
+    elif setup == "torch-fsdp":
         from torch.distributed.fsdp import fully_shard
 
         for block in model.blocks:
             fully_shard(block)
         fully_shard(model)
-        return model, opt_class(param_groups(model, config), lr=lr), no_sync
-    raise ValueError(f"unknown setup {setup!r}; choose one of {sorted(SETUPS)}")
+        # after wrapping: FSDP puts new parameters (DTensors) in the model
+        groups = param_groups(model, config)
+    # the optimizer: a sharded one for ZeRO-1 and 2, else the plain one
+    if setup == "zero1":
+        opt = ShardedOptimizer(groups, opt_class, average_gradients=True, lr=lr)
+    elif setup == "zero1-ddp":
+        opt = ShardedOptimizer(groups, opt_class, lr=lr)
+    elif setup == "zero2":
+        opt = ShardedGradOptimizer(groups, opt_class, bucket_cap_mb=cap, lr=lr)
+    elif setup == "torch-zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        opt = ZeroRedundancyOptimizer(groups, opt_class, lr=lr)
+    else:
+        opt = opt_class(groups, lr=lr)
+    return wrapped, opt, sync
 
 
 def full_parameters(setup, model, wrapped):

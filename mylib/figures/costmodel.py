@@ -18,7 +18,14 @@ reader's browser.
 
 import math
 
-from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds
+from mylib.figures.svg import (
+    PALETTE,
+    Axes,
+    Svg,
+    caption_lines,
+    format_bytes,
+    format_seconds,
+)
 from mylib.models.costmodel import crossover_bytes, ring_all_reduce_terms
 
 MIN_BYTES, MAX_BYTES = 1, 2**32
@@ -26,11 +33,11 @@ MIN_RANKS, MAX_RANKS = 2, 1024
 LATENCY_FILL, BANDWIDTH_FILL = "#fde0c5", "#dbe9f6"
 
 
-class _LogAxes:
-    """A panel with log10 scales on both axes, mapping data to pixels."""
+class _LogAxes(Axes):
+    """A panel with log10 scales on both axes."""
 
     def __init__(self, svg, x, y, width, height, xlim, ylim):
-        self.svg, self.x, self.y, self.w, self.h = svg, x, y, width, height
+        super().__init__(svg, x, y, width, height)
         self.lx = (math.log10(xlim[0]), math.log10(xlim[1]))
         self.ly = (math.log10(ylim[0]), math.log10(ylim[1]))
 
@@ -44,72 +51,30 @@ class _LogAxes:
             1 - (math.log10(value) - self.ly[0]) / (self.ly[1] - self.ly[0])
         )
 
-    def polyline(self, points, **attrs):
-        # clip to the panel
+    def curve(self, points, stroke=PALETTE["text"], width=2, dash="none", metric=None):
+        """A line through those of the ``points`` inside the panel's time range."""
         points = [
             (a, b) for a, b in points if 10 ** self.ly[0] <= b <= 10 ** self.ly[1]
         ]
-        if len(points) < 2:
-            return
-        coords = " ".join(f"{self.px(a):.1f},{self.py(b):.1f}" for a, b in points)
-        self.svg.raw(
-            f'<polyline points="{coords}" fill="none" '
-            f'stroke="{attrs.get("stroke", PALETTE["text"])}" '
-            f'stroke-width="{attrs.get("width", 2)}" '
-            f'stroke-dasharray="{attrs.get("dash", "none")}"/>'
-        )
+        if len(points) >= 2:
+            super().curve(points, stroke, width, dash, metric)
 
-    def frame(self, x_ticks, x_label, y_label, x_format):
-        s = self.svg
-        for v in x_ticks:
-            s.line(
-                self.px(v), self.y, self.px(v), self.y + self.h, stroke=PALETTE["grid"]
-            )
-            s.text(
-                self.px(v),
-                self.y + self.h + 14,
-                x_format(v),
-                size=10,
-                anchor="middle",
-                fill=PALETTE["muted"],
-            )
+    def time_frame(self, x_ticks, x_label, y_label, x_format):
+        """The frame, time up: a line at every power of ten (about 7 at most)."""
         decades = range(math.ceil(self.ly[0]), math.floor(self.ly[1]) + 1)
-        every = max(1, math.ceil(len(decades) / 7))  # at most about 7 labelled decades
-        for k in decades[::every]:
-            s.line(
-                self.x,
-                self.py(10**k),
-                self.x + self.w,
-                self.py(10**k),
-                stroke=PALETTE["grid"],
-            )
-            s.text(
-                self.x - 4,
-                self.py(10**k) + 3,
-                format_seconds(10**k, 1),
-                size=10,
-                anchor="end",
-                fill=PALETTE["muted"],
-            )
-        s.rect(self.x, self.y, self.w, self.h, fill="none", stroke=PALETTE["muted"])
-        s.text(
-            self.x + self.w / 2, self.y + self.h + 30, x_label, size=11, anchor="middle"
+        every = max(1, math.ceil(len(decades) / 7))
+        super().frame(
+            x_ticks,
+            x_format,
+            x_label,
+            [10**k for k in decades[::every]],
+            lambda v: format_seconds(v, 1),
+            y_label,
         )
-        s.text(self.x, self.y - 8, y_label, size=11)
 
-    def marker(self, x_value, y_value, label, metric):
-        self.svg.line(
-            self.px(x_value),
-            self.y,
-            self.px(x_value),
-            self.y + self.h,
-            stroke=PALETTE["text"],
-            stroke_dasharray="2 3",
-        )
-        self.svg.raw(
-            f'<circle cx="{self.px(x_value):.1f}" cy="{self.py(y_value):.1f}" r="5" '
-            f'fill="{PALETTE["comm"]}" stroke="{PALETTE["text"]}"/>'
-        )
+    def labelled_marker(self, x_value, y_value, label, metric):
+        """The dot on its dashed line, labelled in bold beside it."""
+        self.marker(x_value, y_value)
         anchor = "end" if self.px(x_value) > self.x + self.w * 0.6 else "start"
         dx = -8 if anchor == "end" else 8
         self.svg.text(
@@ -156,15 +121,9 @@ def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1
     # Left: time against message size, the two regimes shaded.
     left = _LogAxes(svg, 70, 40, 390, 220, (MIN_BYTES, MAX_BYTES), ylim)
     split = min(max(cross, MIN_BYTES), MAX_BYTES)
-    svg.rect(left.x, left.y, left.px(split) - left.x, left.h, fill=LATENCY_FILL)
-    svg.rect(
-        left.px(split),
-        left.y,
-        left.x + left.w - left.px(split),
-        left.h,
-        fill=BANDWIDTH_FILL,
-    )
-    left.frame(
+    left.band(left.x, left.px(split), LATENCY_FILL)
+    left.band(left.px(split), left.x + left.w, BANDWIDTH_FILL)
+    left.time_frame(
         [2**k for k in range(0, 33, 8)],
         "message size (bytes per rank)",
         f"time, {n} ranks",
@@ -179,18 +138,11 @@ def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1
             stroke=PALETTE["muted"],
         )
     if left.px(split) - left.x > 90:
-        svg.text(left.x + 6, left.y + 16, "latency-bound", size=11, fill="#a65d1f")
+        left.corner_label("latency-bound", "#a65d1f")
     if left.x + left.w - left.px(split) > 100:
-        svg.text(
-            left.x + left.w - 6,
-            left.y + 16,
-            "bandwidth-bound",
-            size=11,
-            anchor="end",
-            fill="#2b5d8a",
-        )
+        left.corner_label("bandwidth-bound", "#2b5d8a", anchor="end")
     sizes = [2 ** (k / 4) for k in range(0, 129)]
-    left.polyline(
+    left.curve(
         [
             (s, ring_all_reduce_terms(s, n, alpha, beta)[0])
             for s in (MIN_BYTES, MAX_BYTES)
@@ -199,41 +151,41 @@ def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1
         width=1,
         dash="5 4",
     )
-    left.polyline(
+    left.curve(
         [(s, ring_all_reduce_terms(s, n, alpha, beta)[1]) for s in sizes],
         stroke="#2b5d8a",
         width=1,
         dash="5 4",
     )
-    left.polyline([(s, time_at(s, n)) for s in sizes], stroke=PALETTE["text"])
-    left.marker(b, total, format_seconds(total), "total_s")
+    left.curve([(s, time_at(s, n)) for s in sizes], stroke=PALETTE["text"])
+    left.labelled_marker(b, total, format_seconds(total), "total_s")
 
     # Right: time against rank count for this message size.
     right = _LogAxes(svg, 540, 40, 210, 220, (MIN_RANKS, max_n), ylim)
-    right.frame(
+    right.time_frame(
         [2**k for k in range(1, int(math.log2(max_n)) + 1, 3)],
         "ranks n",
         f"time, {format_bytes(b)}",
         lambda v: str(int(v)),
     )
     ranks = [2 ** (k / 8) for k in range(8, 8 * int(math.log2(max_n)) + 1)]
-    right.polyline(
+    right.curve(
         [(r, 2 * (r - 1) * alpha) for r in ranks],
         stroke="#a65d1f",
         width=1.5,
         dash="5 4",
     )
-    right.polyline(
+    right.curve(
         [(r, 2 * (r - 1) / r * b / beta) for r in ranks],
         stroke="#2b5d8a",
         width=1.5,
         dash="5 4",
     )
-    right.polyline(
+    right.curve(
         [(r, 2 * (r - 1) * (alpha + b / r / beta)) for r in ranks],
         stroke=PALETTE["text"],
     )
-    right.marker(n, total, f"n = {n}", "world_size")
+    right.labelled_marker(n, total, f"n = {n}", "world_size")
     svg.text(right.x + 4, right.y + 14, "- - latency 2(n-1)α", size=10, fill="#a65d1f")
     svg.text(
         right.x + 4, right.y + 28, "- - bandwidth 2(n-1)/n·b/β", size=10, fill="#2b5d8a"
@@ -260,13 +212,5 @@ def allreduce_cost_figure(nbytes=2**20, world_size=4, alpha_us=50.0, beta_gbps=1
             "regime",
         ),
     ]
-    for i, (text, metric) in enumerate(lines):
-        svg.text(
-            20,
-            318 + 17 * i,
-            text,
-            size=12,
-            weight="bold" if i == 0 else None,
-            data_metric=metric,
-        )
+    caption_lines(svg, 20, 318, 17, lines)
     return svg.to_string()

@@ -13,6 +13,9 @@ sliders that choose its arguments::
                options=[("0 (per parameter)", 0.0), ("25 MB", 25.0)]),
     ])
 
+A figure module keeps its sliders as plain dicts of these arguments, written
+with :func:`steps` (a range) and :func:`choices` (a list of values).
+
 Displayed in Jupyter, it is an ipywidgets box: moving a slider calls ``render``
 in the kernel and replaces the drawing (``redraw_s`` keeps how long each redraw
 took). The same display also carries a ``text/html`` *static twin*: the default
@@ -196,6 +199,26 @@ class Slider:
 
     def __repr__(self):
         return f"Slider({self.name!r}, default={self.default!r})"
+
+
+def steps(name, label, lo, hi, step, default, unit=""):
+    """A range slider as a dict of :class:`Slider` arguments: ``Slider(**spec)``.
+
+    Figure modules keep their sliders as such dicts, which a test or a notebook
+    reads as plain data (``spec["default"]``).
+    """
+    spec = dict(name=name, label=label, min=lo, max=hi, step=step, default=default)
+    return {**spec, "unit": unit} if unit else spec
+
+
+def choices(name, label, values, default, fmt="{:g}"):
+    """A slider choosing among ``values``, as a dict of :class:`Slider` arguments.
+
+    Each value reads as ``fmt.format(value)`` (``fmt="{:g} GB/s"`` gives
+    ``25 GB/s``); a ``(label, value)`` pair among them keeps its own label.
+    """
+    options = [v if isinstance(v, tuple) else (fmt.format(v), v) for v in values]
+    return dict(name=name, label=label, options=options, default=default)
 
 
 def render_positions(module, function, specs_json, positions_json):

@@ -15,6 +15,7 @@ paper. Standard library only: the static site runs this very function in the
 reader's browser (Pyodide).
 """
 
+from mylib.figures.livefig import choices, steps
 from mylib.figures.svg import PALETTE, Svg, ticks
 from mylib.models.memory import (
     GB,
@@ -307,49 +308,17 @@ def sharding_picture(world_size=4, k=12):
 
 
 # The sliders of the chapter's LiveFigure(memory_figure, MEMORY_SLIDERS), as
-# dicts: no import of livefig here.
+# dicts of Slider arguments.
 MEMORY_SLIDERS = [
-    dict(
-        name="params_b",
-        label="model size",
-        options=[
-            (f"{b:g}B" + (" (ZeRO paper)" if b == 7.5 else ""), b)
-            for b in (
-                0.125,
-                0.35,
-                1.0,
-                1.5,
-                3.0,
-                7.0,
-                7.5,
-                13.0,
-                30.0,
-                70.0,
-                175.0,
-                405.0,
-                1000.0,
-            )
-        ],
-        default=7.5,
+    choices(
+        "params_b",
+        "model size",
+        [0.125, 0.35, 1.0, 1.5, 3.0, 7.0, ("7.5B (ZeRO paper)", 7.5), 13.0, 30.0]
+        + [70.0, 175.0, 405.0, 1000.0],
+        7.5,
+        "{:g}B",
     ),
-    dict(
-        name="world_size",
-        label="ranks",
-        options=[(str(n), n) for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)],
-        default=64,
-    ),
-    dict(
-        name="stage",
-        label="stage",
-        options=[(STAGE_NAMES[s], s) for s in STAGES],
-        default=3,
-    ),
-    dict(
-        name="k",
-        label="optimizer bytes per parameter (K)",
-        min=0,
-        max=24,
-        step=2,
-        default=12,
-    ),
+    choices("world_size", "ranks", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), 64),
+    choices("stage", "stage", [(STAGE_NAMES[s], s) for s in STAGES], 3),
+    steps("k", "optimizer bytes per parameter (K)", 0, 24, 2, 12),
 ]

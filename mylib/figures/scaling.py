@@ -19,7 +19,7 @@ reader's browser.
 
 import math
 
-from mylib.figures.svg import PALETTE, Svg, format_seconds
+from mylib.figures.svg import PALETTE, Axes, Svg, caption_lines, format_seconds
 from mylib.models.buckets import MB
 from mylib.models.scaling import (
     WEAK,
@@ -35,11 +35,11 @@ COMM_BOUND_FILL = "#fde0c5"
 FORWARD_PER_BACKWARD = 0.5  # a forward costs about half a backward
 
 
-class _Axes:
+class _Axes(Axes):
     """A panel: log2 ranks across, log10 (or linear) values up."""
 
     def __init__(self, svg, x, y, width, height, ylim, log_y=True):
-        self.svg, self.x, self.y, self.w, self.h = svg, x, y, width, height
+        super().__init__(svg, x, y, width, height)
         self.log_y = log_y
         self.ylim = (math.log10(ylim[0]), math.log10(ylim[1])) if log_y else ylim
 
@@ -51,54 +51,21 @@ class _Axes:
         frac = (v - self.ylim[0]) / (self.ylim[1] - self.ylim[0])
         return self.y + self.h * (1 - min(max(frac, -0.02), 1.02))
 
-    def frame(self, y_label, y_ticks, y_format):
-        s = self.svg
-        for k in range(0, int(math.log2(MAX_RANKS)) + 1):
-            if k % 2 == 0:
-                s.line(
-                    self.px(2**k),
-                    self.y,
-                    self.px(2**k),
-                    self.y + self.h,
-                    stroke=PALETTE["grid"],
-                )
-                s.text(
-                    self.px(2**k),
-                    self.y + self.h + 14,
-                    str(2**k),
-                    size=10,
-                    anchor="middle",
-                    fill=PALETTE["muted"],
-                )
-        for v in y_ticks:
-            s.line(
-                self.x, self.py(v), self.x + self.w, self.py(v), stroke=PALETTE["grid"]
-            )
-            s.text(
-                self.x - 4,
-                self.py(v) + 3,
-                y_format(v),
-                size=10,
-                anchor="end",
-                fill=PALETTE["muted"],
-            )
-        s.rect(self.x, self.y, self.w, self.h, fill="none", stroke=PALETTE["muted"])
-        s.text(
-            self.x + self.w / 2,
-            self.y + self.h + 30,
+    def ranks_frame(self, y_label, y_ticks, y_format):
+        """The frame, ranks across: a line at every other power of two."""
+        super().frame(
+            [2**k for k in range(0, int(math.log2(MAX_RANKS)) + 1, 2)],
+            str,
             "ranks n (log scale)",
-            size=11,
-            anchor="middle",
+            y_ticks,
+            y_format,
+            y_label,
         )
-        s.text(self.x, self.y - 8, y_label, size=11)
 
-    def curve(self, points, stroke, width=2, dash="none", metric=None):
-        coords = " ".join(f"{self.px(n):.1f},{self.py(v):.1f}" for n, v in points)
-        extra = f' data-metric="{metric}"' if metric else ""
-        self.svg.raw(
-            f'<polyline points="{coords}" fill="none" stroke="{stroke}" '
-            f'stroke-width="{width}" stroke-dasharray="{dash}"{extra}/>'
-        )
+
+def _link(bandwidth_gb_s, alpha_us, bucket_cap_mb):
+    """The slider values in the model's units: ``(alpha_s, bandwidth, cap_bytes)``."""
+    return alpha_us * 1e-6, bandwidth_gb_s * 1e9, bucket_cap_mb * MB
 
 
 def _layers(global_batch, backward_ms_per_sample, grad_gb):
@@ -128,9 +95,7 @@ def scaling_rows(
     rows = scaling_table(
         layers,
         [n for n in ranks if n <= global_batch],
-        alpha_us * 1e-6,
-        bandwidth_gb_s * 1e9,
-        bucket_cap_mb * MB,
+        *_link(bandwidth_gb_s, alpha_us, bucket_cap_mb),
         forward_s=forward_s,
     )
     for row in rows:
@@ -138,26 +103,18 @@ def scaling_rows(
     return rows
 
 
-def weak_efficiency(
-    batch_per_rank,
-    ranks,
-    backward_ms_per_sample,
-    grad_gb,
-    bandwidth_gb_s,
-    alpha_us,
-    bucket_cap_mb,
-):
+def weak_efficiency(batch_per_rank, ranks, backward_ms_per_sample, grad_gb, link):
     """Efficiency at a fixed batch per rank.
 
-    One rank's step time on that batch, divided by the step time on ``ranks`` ranks.
+    One rank's step time on that batch, divided by the step time on ``ranks``
+    ranks; ``link`` is ``(alpha_s, bandwidth, cap_bytes)``.
     """
     layers, forward_s = _layers(batch_per_rank, backward_ms_per_sample, grad_gb)
-    args = (alpha_us * 1e-6, bandwidth_gb_s * 1e9, bucket_cap_mb * MB)
-    one = scaled_step(layers, 1, *args, mode=WEAK, forward_s=forward_s)
-    return (
-        one.step_s
-        / scaled_step(layers, ranks, *args, mode=WEAK, forward_s=forward_s).step_s
+    one, many = (
+        scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s)
+        for n in (1, ranks)
     )
+    return one.step_s / many.step_s
 
 
 def scaling_figure(
@@ -194,24 +151,13 @@ def scaling_figure(
     ranks = min(ranks, rows[-1]["ranks"])
     at = next(r for r in rows if r["ranks"] >= ranks)
     layers, _ = _layers(global_batch, backward_ms_per_sample, grad_gb)
-    bound = comm_bound_ranks(
-        layers,
-        alpha_us * 1e-6,
-        bandwidth_gb_s * 1e9,
-        bucket_cap_mb * MB,
-        max_ranks=MAX_RANKS,
-    )
+    link = _link(bandwidth_gb_s, alpha_us, bucket_cap_mb)
+    bound = comm_bound_ranks(layers, *link, max_ranks=MAX_RANKS)
     weak = [
         (
             r["ranks"],
             weak_efficiency(
-                at["batch_per_rank"],
-                r["ranks"],
-                backward_ms_per_sample,
-                grad_gb,
-                bandwidth_gb_s,
-                alpha_us,
-                bucket_cap_mb,
+                at["batch_per_rank"], r["ranks"], backward_ms_per_sample, grad_gb, link
             ),
         )
         for r in rows
@@ -235,25 +181,12 @@ def scaling_figure(
     )
     left = _Axes(svg, 70, 40, 330, 240, ylim)
     if bound is not None:
-        svg.rect(
-            left.px(bound),
-            left.y,
-            left.x + left.w - left.px(bound),
-            left.h,
-            fill=COMM_BOUND_FILL,
-        )
+        left.band(left.px(bound), left.x + left.w, COMM_BOUND_FILL)
         if left.x + left.w - left.px(bound) > 70:
-            svg.text(
-                left.x + left.w - 6,
-                left.y + 16,
-                "communication-bound",
-                size=11,
-                anchor="end",
-                fill="#a65d1f",
-            )
+            left.corner_label("communication-bound", "#a65d1f", anchor="end")
     decades = list(range(int(round(left.ylim[0])), int(round(left.ylim[1])) + 1))
     every = max(1, math.ceil(len(decades) / 6))
-    left.frame(
+    left.ranks_frame(
         "time per step, one rank",
         [10.0**k for k in decades[::every]],
         lambda v: format_seconds(v, 1),
@@ -288,7 +221,7 @@ def scaling_figure(
         svg.text(left.x + 30, y + 4, label, size=10)
 
     right = _Axes(svg, 470, 40, 320, 240, (0.0, 1.05), log_y=False)
-    right.frame(
+    right.ranks_frame(
         "efficiency = speed-up / n", [0.0, 0.25, 0.5, 0.75, 1.0], lambda v: f"{v:.0%}"
     )
     right.curve(
@@ -311,19 +244,8 @@ def scaling_figure(
         size=10,
         fill=PALETTE["muted"],
     )
-    for axes, value in ((left, at["step_s"]), (right, at["efficiency"])):
-        svg.line(
-            axes.px(at["ranks"]),
-            axes.y,
-            axes.px(at["ranks"]),
-            axes.y + axes.h,
-            stroke=PALETTE["text"],
-            stroke_dasharray="2 3",
-        )
-        svg.raw(
-            f'<circle cx="{axes.px(at["ranks"]):.1f}" cy="{axes.py(value):.1f}" r="5" '
-            f'fill="{PALETTE["comm"]}" stroke="{PALETTE["text"]}"/>'
-        )
+    left.marker(at["ranks"], at["step_s"])
+    right.marker(at["ranks"], at["efficiency"])
 
     lines = [
         (
@@ -354,13 +276,5 @@ def scaling_figure(
             "weak",
         ),
     ]
-    for i, (text, metric) in enumerate(lines):
-        svg.text(
-            20,
-            354 + 18 * i,
-            text,
-            size=12,
-            weight="bold" if i == 0 else None,
-            data_metric=metric,
-        )
+    caption_lines(svg, 20, 354, 18, lines)
     return svg.to_string()

@@ -103,37 +103,21 @@ def sharding_figure(dataset_size=10, world_size=4, batch_size=2, mode="naive"):
             f"HANG: ranks {', '.join(map(str, more))} take step {max(v['steps'])}, "
             "whose all-reduce the other ranks never start"
         )
-        svg.text(
-            10,
-            y,
-            verdict,
-            size=12,
-            weight="bold",
-            fill=PALETTE["exposed"],
-            data_metric="verdict",
-        )
     else:
-        svg.text(
-            10,
-            y,
-            f"every rank takes {v['steps'][0]} step(s): the all-reduces match",
-            size=12,
-            weight="bold",
-            fill=PALETTE["accent"],
-            data_metric="verdict",
-        )
+        verdict = f"every rank takes {v['steps'][0]} step(s): the all-reduces match"
     svg.text(
         10,
-        y + 20,
-        "read twice (padding): " + (", ".join(map(str, v["repeated"])) or "none"),
-        size=11,
-        data_metric="repeated",
+        y,
+        verdict,
+        size=12,
+        weight="bold",
+        fill=PALETTE["exposed"] if v["hangs"] else PALETTE["accent"],
+        data_metric="verdict",
     )
-    svg.text(
-        10,
-        y + 38,
-        "never read this epoch: " + (", ".join(map(str, v["unread"])) or "none"),
-        size=11,
-        data_metric="unread",
-    )
+    for dy, what, key in (
+        (20, "read twice (padding)", "repeated"),
+        (38, "never read this epoch", "unread"),
+    ):
+        samples = ", ".join(map(str, v[key])) or "none"
+        svg.text(10, y + dy, f"{what}: {samples}", size=11, data_metric=key)
     return svg.to_string()

@@ -178,6 +178,111 @@ class SvgFigure:
         return f"<SVG {self.name}>"
 
 
+class Axes:
+    """A plot panel of ``width`` by ``height`` at ``(x, y)`` on ``svg``.
+
+    A subclass says where a data point goes: ``px(value)`` gives its x,
+    ``py(value)`` its y.
+    """
+
+    def __init__(self, svg, x, y, width, height):
+        self.svg, self.x, self.y, self.w, self.h = svg, x, y, width, height
+
+    def px(self, value):
+        """The x of ``value`` on the horizontal axis."""
+        raise NotImplementedError
+
+    def py(self, value):
+        """The y of ``value`` on the vertical axis."""
+        raise NotImplementedError
+
+    def frame(self, x_ticks, x_format, x_label, y_ticks, y_format, y_label):
+        """Grid lines at the ticks, each labelled, a border and the two axis labels."""
+        s = self.svg
+        for v in x_ticks:
+            s.line(
+                self.px(v), self.y, self.px(v), self.y + self.h, stroke=PALETTE["grid"]
+            )
+            s.text(
+                self.px(v),
+                self.y + self.h + 14,
+                x_format(v),
+                size=10,
+                anchor="middle",
+                fill=PALETTE["muted"],
+            )
+        for v in y_ticks:
+            s.line(
+                self.x, self.py(v), self.x + self.w, self.py(v), stroke=PALETTE["grid"]
+            )
+            s.text(
+                self.x - 4,
+                self.py(v) + 3,
+                y_format(v),
+                size=10,
+                anchor="end",
+                fill=PALETTE["muted"],
+            )
+        s.rect(self.x, self.y, self.w, self.h, fill="none", stroke=PALETTE["muted"])
+        s.text(
+            self.x + self.w / 2, self.y + self.h + 30, x_label, size=11, anchor="middle"
+        )
+        s.text(self.x, self.y - 8, y_label, size=11)
+
+    def band(self, x0, x1, fill):
+        """Shade the panel from ``x0`` to ``x1`` (pixels), bottom to top."""
+        self.svg.rect(x0, self.y, x1 - x0, self.h, fill=fill)
+
+    def corner_label(self, text, fill, anchor="start"):
+        """Text in the panel's top left corner, or top right with ``anchor="end"``."""
+        x = self.x + 6 if anchor == "start" else self.x + self.w - 6
+        self.svg.text(x, self.y + 16, text, size=11, anchor=anchor, fill=fill)
+
+    def curve(self, points, stroke=PALETTE["text"], width=2, dash="none", metric=None):
+        """A line through ``points``, ``(x, y)`` pairs in data units.
+
+        ``metric`` names it in a ``data-metric`` attribute.
+        """
+        coords = " ".join(f"{self.px(a):.1f},{self.py(b):.1f}" for a, b in points)
+        extra = f' data-metric="{metric}"' if metric else ""
+        self.svg.raw(
+            f'<polyline points="{coords}" fill="none" stroke="{stroke}" '
+            f'stroke-width="{width}" stroke-dasharray="{dash}"{extra}/>'
+        )
+
+    def marker(self, x_value, y_value):
+        """A dot at ``(x_value, y_value)`` on a dashed line across the panel."""
+        self.svg.line(
+            self.px(x_value),
+            self.y,
+            self.px(x_value),
+            self.y + self.h,
+            stroke=PALETTE["text"],
+            stroke_dasharray="2 3",
+        )
+        self.svg.raw(
+            f'<circle cx="{self.px(x_value):.1f}" cy="{self.py(y_value):.1f}" r="5" '
+            f'fill="{PALETTE["comm"]}" stroke="{PALETTE["text"]}"/>'
+        )
+
+
+def caption_lines(svg, x, y, line_h, lines):
+    """Lines of text from baseline ``y`` down, the first in bold.
+
+    ``lines`` holds ``(text, metric)``; the metric goes in a ``data-metric``
+    attribute, so that a test can find the line.
+    """
+    for i, (text, metric) in enumerate(lines):
+        svg.text(
+            x,
+            y + line_h * i,
+            text,
+            size=12,
+            weight="bold" if i == 0 else None,
+            data_metric=metric,
+        )
+
+
 def nice_step(span, target_ticks=5):
     """A round tick spacing giving about ``target_ticks`` ticks.
 

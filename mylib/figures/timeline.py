@@ -11,9 +11,12 @@ communication, overlap, buckets. Each number also sits in the SVG as
 (sliders: :data:`BUCKETING_SLIDERS`): three timelines of one step of a stack
 of transformer blocks: one all-reduce after the backward, one per parameter,
 and DDP's buckets. Other chapters draw their own timelines with
-:func:`draw_timelines`. Standard library only (it runs under Pyodide).
+:func:`draw_timelines`, or with its pieces (:func:`draw_lane`, :func:`draw_box`,
+:func:`frame_exposed`, :func:`draw_numbers`, :func:`swatch`). Standard library
+only (it runs under Pyodide).
 """
 
+from mylib.figures.livefig import choices, steps
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
@@ -149,24 +152,98 @@ def _boxes(spans, x_of, t0):
     return out
 
 
-def _draw_lanes(fig, timeline, y, x_of):
-    """Draw one timeline's lanes from height ``y``; returns each lane's height."""
-    lane_y = {
-        lane: y + i * (LANE_H + LANE_GAP) for i, lane in enumerate(timeline.lanes)
-    }
-    for lane, ly in lane_y.items():
-        fig.rect(x_of(0), ly, x_of(timeline.step_s) - x_of(0), LANE_H, fill="#f4f4f4")
+# -- the pieces every timeline figure draws with (chapters 3 to 6) ------------
+
+
+def lane_heights(lanes, y):
+    """The height of each of ``lanes`` in a row whose title is at height ``y``."""
+    return {lane: y + TITLE_H + i * (LANE_H + LANE_GAP) for i, lane in enumerate(lanes)}
+
+
+def draw_lane(fig, lane, y, x0, x1, left=LEFT):
+    """A lane's grey background from ``x0`` to ``x1`` at height ``y``.
+
+    Its name ends just left of ``left``.
+    """
+    fig.rect(x0, y, x1 - x0, LANE_H, fill="#f4f4f4")
+    fig.text(
+        left - 6, y + LANE_H - 4, lane, anchor="end", size=11, fill=PALETTE["muted"]
+    )
+
+
+def draw_box(fig, x0, x1, y, fill, title, **attrs):
+    """A span's box in the lane at height ``y``, at least 0.6 px wide to be seen."""
+    fig.rect(x0, y, max(x1 - x0, 0.6), LANE_H, fill=fill, title=title, **attrs)
+
+
+def frame_exposed(fig, x0, x1, y, title):
+    """A red frame, from ``x0`` to ``x1``, round the comm lane at height ``y``.
+
+    It marks communication that the compute waits for.
+    """
+    fig.rect(
+        x0,
+        y - 2,
+        x1 - x0,
+        LANE_H + 4,
+        fill="none",
+        stroke=PALETTE["exposed"],
+        stroke_width=2,
+        title=title,
+    )
+
+
+def draw_numbers(fig, x, y, numbers, line_h=14, **attrs):
+    """A row's panel: one number a line, from baseline ``y`` down.
+
+    ``numbers`` holds ``(key, text, value, warn)``: the text is printed (in
+    red if ``warn``), key and value go in ``data-metric``/``data-value``
+    attributes after ``attrs``, so that a test can read each number exactly.
+    """
+    for j, (key, text, value, warn) in enumerate(numbers):
         fig.text(
-            LEFT - 6,
-            ly + LANE_H - 4,
-            lane,
-            anchor="end",
+            x,
+            y + j * line_h,
+            text,
             size=11,
-            fill=PALETTE["muted"],
+            fill=PALETTE["exposed"] if warn else PALETTE["text"],
+            **attrs,
+            data_metric=key,
+            data_value=repr(value),
         )
+
+
+def panel_numbers(timeline, lines):
+    """``(key, text, value, warn)`` of each of ``lines``, for :func:`draw_numbers`.
+
+    ``lines`` holds ``(key, label, text)``: the value is the timeline's
+    attribute ``key``; exposed communication, if any, is printed in red.
+    """
+    return [
+        (
+            key,
+            f"{label}: {text}",
+            getattr(timeline, key),
+            key == "exposed_comm_s" and timeline.exposed_comm_s > 0,
+        )
+        for key, label, text in lines
+    ]
+
+
+def swatch(fig, x, y, label, fill, **attrs):
+    """A legend entry on baseline ``y``: a square of ``fill``, its label after it."""
+    fig.rect(x, y - 9, 10, 10, fill=fill, **attrs)
+    fig.text(x + 14, y, label, size=10, fill=PALETTE["muted"])
+
+
+def _draw_lanes(fig, timeline, y, x_of):
+    """Draw a timeline's lanes, its row's title at ``y``; returns each lane's height."""
+    lane_y = lane_heights(timeline.lanes, y)
+    for lane, ly in lane_y.items():
+        draw_lane(fig, lane, ly, x_of(0), x_of(timeline.step_s))
         spans = [s for s in timeline.spans if s.lane == lane]
         for x0, x1, fill, tip in _boxes(spans, x_of, timeline.start_s):
-            fig.rect(x0, ly, max(x1 - x0, 0.6), LANE_H, fill=fill, title=tip)
+            draw_box(fig, x0, x1, ly, fill, tip)
     return lane_y
 
 
@@ -178,8 +255,7 @@ def _legend(fig, x, y):
         ("all-reduce, per bucket", PALETTE["comm"]),
     ]
     for label, colour in items:
-        fig.rect(x, y - 9, 10, 10, fill=colour)
-        fig.text(x + 14, y, label, size=10, fill=PALETTE["muted"])
+        swatch(fig, x, y, label, colour)
         x += 24 + 5.6 * len(label)
     fig.rect(x, y - 10, 16, 12, fill="none", stroke=PALETTE["exposed"], stroke_width=2)
     fig.text(x + 20, y, "exposed communication", size=10, fill=PALETTE["muted"])
@@ -225,7 +301,7 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
     for k, timeline in enumerate(timelines):
         y = top + k * block_h
         fig.text(LEFT, y + 12, timeline.name, size=12, weight="bold")
-        lane_y = _draw_lanes(fig, timeline, y + TITLE_H, x_of)
+        lane_y = _draw_lanes(fig, timeline, y, x_of)
         end_bwd = timeline.backward_end_s
         lanes_bottom = (
             y + TITLE_H + len(timeline.lanes) * (LANE_H + LANE_GAP) - LANE_GAP
@@ -239,32 +315,16 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
             stroke_dasharray="3,2",
         )
         if timeline.exposed_comm_s > 0 and tl.COMM in lane_y:
-            ly = lane_y[tl.COMM]
-            fig.rect(
+            frame_exposed(
+                fig,
                 x_of(end_bwd),
-                ly - 2,
-                x_of(end_bwd + timeline.exposed_comm_s) - x_of(end_bwd),
-                LANE_H + 4,
-                fill="none",
-                stroke=PALETTE["exposed"],
-                stroke_width=2,
-                title="exposed communication: "
-                f"{format_seconds(timeline.exposed_comm_s)}",
+                x_of(end_bwd + timeline.exposed_comm_s),
+                lane_y[tl.COMM],
+                f"exposed communication: {format_seconds(timeline.exposed_comm_s)}",
             )
-        # the numbers, one per line, each readable by a test from its data- attributes
         if panel:
-            for j, (key, label, text) in enumerate(_metric_lines(timeline)):
-                warn = key == "exposed_comm_s" and timeline.exposed_comm_s > 0
-                fig.text(
-                    width - PANEL_W + 12,
-                    y + 12 + j * 14,
-                    f"{label}: {text}",
-                    size=11,
-                    fill=PALETTE["exposed"] if warn else PALETTE["text"],
-                    data_timeline=k,
-                    data_metric=key,
-                    data_value=repr(getattr(timeline, key)),
-                )
+            numbers = panel_numbers(timeline, _metric_lines(timeline))
+            draw_numbers(fig, width - PANEL_W + 12, y + 12, numbers, data_timeline=k)
     return fig.to_string()
 
 
@@ -327,50 +387,34 @@ def bucketing_figure(
     return draw_timelines(rows, title=title)
 
 
+def bandwidth_choices(values, default):
+    """The slider of the link's bandwidth ``bandwidth_gb_s``, in GB/s.
+
+    Every timeline figure has one, among its own ``values``.
+    """
+    return choices("bandwidth_gb_s", "bandwidth", values, default, "{:g} GB/s")
+
+
 # The sliders of the chapter's LiveFigure(bucketing_figure, BUCKETING_SLIDERS), as
-# dicts: no import of livefig here.
+# dicts of Slider arguments.
 BUCKETING_SLIDERS = [
-    dict(name="n_layers", label="layers (blocks)", min=1, max=96, step=1, default=24),
-    dict(
-        name="bucket_cap_mb",
-        label="bucket cap",
-        options=[("0: per parameter", 0.0)]
-        + [
-            (f"{c:g} MB", c)
-            for c in (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)
-        ],
-        default=25.0,
+    steps("n_layers", "layers (blocks)", 1, 96, 1, 24),
+    choices(
+        "bucket_cap_mb",
+        "bucket cap",
+        [("0: per parameter", 0.0)]
+        + [1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0],
+        25.0,
+        "{:g} MB",
     ),
-    dict(
-        name="bandwidth_gb_s",
-        label="bandwidth",
-        options=[
-            (f"{b:g} GB/s", b)
-            for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)
-        ],
-        default=25.0,
+    bandwidth_choices((1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0), 25.0),
+    choices(
+        "latency_us",
+        "latency per message",
+        (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0),
+        50.0,
+        "{:g} us",
     ),
-    dict(
-        name="latency_us",
-        label="latency per message",
-        options=[
-            (f"{a:g} us", a) for a in (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
-        ],
-        default=50.0,
-    ),
-    dict(
-        name="backward_ms_per_layer",
-        label="backward per block",
-        min=1.0,
-        max=40.0,
-        step=1.0,
-        default=10.0,
-        unit="ms",
-    ),
-    dict(
-        name="ranks",
-        label="ranks",
-        options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)],
-        default=8,
-    ),
+    steps("backward_ms_per_layer", "backward per block", 1.0, 40.0, 1.0, 10.0, "ms"),
+    choices("ranks", "ranks", (2, 4, 8, 16, 32, 64, 128, 256), 8),
 ]

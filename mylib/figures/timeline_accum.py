@@ -7,44 +7,46 @@ on one time axis, each micro-step marked and its exposed communication
 framed in red. Standard library only: it runs in the reader's browser.
 """
 
+from mylib.figures.livefig import choices, steps
 from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds, time_axis
-from mylib.figures.timeline import span_fill
+from mylib.figures.timeline import (
+    LANE_GAP,
+    LANE_H,
+    bandwidth_choices,
+    draw_box,
+    draw_lane,
+    draw_numbers,
+    frame_exposed,
+    lane_heights,
+    panel_numbers,
+    span_fill,
+)
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
 from mylib.models.layers import linear_layers
 from mylib.models.timeline_accum import accumulation_step
 
-LEFT, PANEL_W, LANE_H, LANE_GAP, ROW_H = 78, 200, 16, 4, 74
+LEFT, PANEL_W, ROW_H = 78, 200, 74
 # the figure's layers are Linear(2048, 2048) in fp32: a 16 MB weight and an 8 KB bias
 HIDDEN = 2048
 
 
 def _draw_row(fig, timeline, k, y, x_of, width):
     fig.text(LEFT, y + 12, timeline.name, size=12, weight="bold")
-    lane_y = {
-        lane: y + 18 + i * (LANE_H + LANE_GAP) for i, lane in enumerate(timeline.lanes)
-    }
+    lane_y = lane_heights(timeline.lanes, y)
     for lane, ly in lane_y.items():
-        fig.rect(x_of(0), ly, x_of(timeline.step_s) - x_of(0), LANE_H, fill="#f4f4f4")
-        fig.text(
-            LEFT - 6,
-            ly + LANE_H - 4,
-            lane,
-            anchor="end",
-            size=11,
-            fill=PALETTE["muted"],
-        )
+        draw_lane(fig, lane, ly, x_of(0), x_of(timeline.step_s), LEFT)
     counters = {}
     for span in timeline.spans:
         i = counters[span.lane] = counters.get(span.lane, -1) + 1
         size = f", {span.nbytes / MB:.3g} MB" if span.nbytes else ""
-        fig.rect(
+        draw_box(
+            fig,
             x_of(span.start_s),
+            x_of(span.end_s),
             lane_y[span.lane],
-            max(x_of(span.end_s) - x_of(span.start_s), 0.6),
-            LANE_H,
-            fill=span_fill(span, i),
-            title=f"{span.label}: {span.kind}{size}, {format_seconds(span.start_s)} "
+            span_fill(span, i),
+            f"{span.label}: {span.kind}{size}, {format_seconds(span.start_s)} "
             f"to {format_seconds(span.end_s)}",
         )
     # Each micro-step's exposed tail: from the end of its backward to the end of
@@ -65,15 +67,12 @@ def _draw_row(fig, timeline, k, y, x_of, width):
             (s.end_s for s in inside if s.kind == "allreduce"), default=backward_end
         )
         if comm_end > backward_end:
-            fig.rect(
+            frame_exposed(
+                fig,
                 x_of(backward_end),
-                lane_y[tl.COMM] - 2,
-                x_of(comm_end) - x_of(backward_end),
-                LANE_H + 4,
-                fill="none",
-                stroke=PALETTE["exposed"],
-                stroke_width=2,
-                title=f"micro-step {j + 1}: communication exposed for "
+                x_of(comm_end),
+                lane_y[tl.COMM],
+                f"micro-step {j + 1}: communication exposed for "
                 f"{format_seconds(comm_end - backward_end)}",
             )
     lines = [
@@ -82,18 +81,8 @@ def _draw_row(fig, timeline, k, y, x_of, width):
         ("n_allreduces", "all-reduces", str(timeline.n_allreduces)),
         ("bytes_sent", "sent per rank", format_bytes(timeline.bytes_sent)),
     ]
-    for j, (key, label, text) in enumerate(lines):
-        warn = key == "exposed_comm_s" and timeline.exposed_comm_s > 0
-        fig.text(
-            width - PANEL_W + 12,
-            y + 14 + j * 14,
-            f"{label}: {text}",
-            size=11,
-            fill=PALETTE["exposed"] if warn else PALETTE["text"],
-            data_timeline=k,
-            data_metric=key,
-            data_value=repr(getattr(timeline, key)),
-        )
+    numbers = panel_numbers(timeline, lines)
+    draw_numbers(fig, width - PANEL_W + 12, y + 14, numbers, data_timeline=k)
 
 
 def draw_accumulation(timelines, *, width=900, title=None):
@@ -188,37 +177,17 @@ def accumulation_figure(
 
 
 ACCUMULATION_SLIDERS = [
-    dict(name="micro_steps", label="micro-steps (m)", min=1, max=8, step=1, default=4),
-    dict(name="n_layers", label="layers", min=2, max=48, step=1, default=12),
-    dict(
-        name="bucket_cap_mb",
-        label="bucket cap",
-        options=[("0: per parameter", 0.0)]
-        + [(f"{c:g} MB", c) for c in (5.0, 25.0, 100.0, 400.0)],
-        default=25.0,
+    steps("micro_steps", "micro-steps (m)", 1, 8, 1, 4),
+    steps("n_layers", "layers", 2, 48, 1, 12),
+    choices(
+        "bucket_cap_mb",
+        "bucket cap",
+        [("0: per parameter", 0.0), 5.0, 25.0, 100.0, 400.0],
+        25.0,
+        "{:g} MB",
     ),
-    dict(
-        name="bandwidth_gb_s",
-        label="bandwidth",
-        options=[
-            (f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0)
-        ],
-        default=5.0,
-    ),
-    dict(
-        name="backward_ms_per_layer",
-        label="backward per layer",
-        min=0.5,
-        max=10.0,
-        step=0.5,
-        default=3.0,
-        unit="ms",
-    ),
-    dict(
-        name="ranks",
-        label="ranks",
-        options=[(str(n), n) for n in (2, 4, 8, 16, 64, 256)],
-        default=8,
-    ),
+    bandwidth_choices((1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0), 5.0),
+    steps("backward_ms_per_layer", "backward per layer", 0.5, 10.0, 0.5, 3.0, "ms"),
+    choices("ranks", "ranks", (2, 4, 8, 16, 64, 256), 8),
 ]
 """The sliders of ``LiveFigure(accumulation_figure, ACCUMULATION_SLIDERS)``."""

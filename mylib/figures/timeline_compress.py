@@ -6,8 +6,9 @@ draws the three timelines on one time axis. Standard library only: it runs
 in the reader's browser.
 """
 
+from mylib.figures.livefig import choices, steps
 from mylib.figures.svg import format_bytes
-from mylib.figures.timeline import draw_timelines
+from mylib.figures.timeline import bandwidth_choices, draw_timelines
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
 from mylib.models.timeline_compress import compressed_layers
@@ -72,41 +73,11 @@ def compression_figure(
 
 
 COMPRESSION_SLIDERS = [
-    dict(name="n_layers", label="layers", min=2, max=48, step=1, default=12),
-    dict(
-        name="hidden",
-        label="layer width",
-        options=[(str(h), h) for h in (1024, 2048, 4096, 8192)],
-        default=4096,
-    ),
-    dict(
-        name="rank",
-        label="PowerSGD rank",
-        options=[(str(r), r) for r in (1, 2, 4, 8, 16, 32, 64)],
-        default=4,
-    ),
-    dict(
-        name="ranks",
-        label="ranks",
-        options=[(str(n), n) for n in (2, 4, 8, 16, 64, 256)],
-        default=16,
-    ),
-    dict(
-        name="bandwidth_gb_s",
-        label="bandwidth",
-        options=[
-            (f"{b:g} GB/s", b) for b in (1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0)
-        ],
-        default=10.0,
-    ),
-    dict(
-        name="backward_ms_per_layer",
-        label="backward per layer",
-        min=1.0,
-        max=20.0,
-        step=1.0,
-        default=8.0,
-        unit="ms",
-    ),
+    steps("n_layers", "layers", 2, 48, 1, 12),
+    choices("hidden", "layer width", (1024, 2048, 4096, 8192), 4096),
+    choices("rank", "PowerSGD rank", (1, 2, 4, 8, 16, 32, 64), 4),
+    choices("ranks", "ranks", (2, 4, 8, 16, 64, 256), 16),
+    bandwidth_choices((1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 400.0), 10.0),
+    steps("backward_ms_per_layer", "backward per layer", 1.0, 20.0, 1.0, 8.0, "ms"),
 ]
 """The sliders of ``LiveFigure(compression_figure, COMPRESSION_SLIDERS)``."""

@@ -9,11 +9,21 @@ parameter bytes whole at once. Each number also sits in the SVG as
 ``data-metric``/``data-value`` attributes. Standard library only (Pyodide).
 """
 
+from mylib.figures.livefig import choices, steps
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
+from mylib.figures.timeline import (
+    LANE_H,
+    bandwidth_choices,
+    draw_box,
+    draw_lane,
+    draw_numbers,
+    lane_heights,
+    swatch,
+)
 from mylib.models import timeline as tl
 from mylib.models.timeline_zero3 import zero3_step
 
-LANE_H, LANE_GAP, ROW_H, LEFT, PANEL_W = 16, 4, 62, 78, 214
+ROW_H, LEFT, PANEL_W = 62, 78, 214
 FILLS = {
     "forward": PALETTE["forward"],
     "backward": PALETTE["compute"],
@@ -116,27 +126,18 @@ def zero3_timeline_figure(
     for k, row in enumerate(rows):
         y = top + k * ROW_H
         fig.text(LEFT, y + 12, row.name, size=12, weight="bold")
-        for j, lane in enumerate((tl.COMPUTE, tl.COMM)):
-            ly = y + 18 + j * (LANE_H + LANE_GAP)
-            fig.rect(x_of(0), ly, x_of(row.step_s) - x_of(0), LANE_H, fill="#f4f4f4")
-            fig.text(
-                LEFT - 6,
-                ly + LANE_H - 4,
-                lane,
-                anchor="end",
-                size=11,
-                fill=PALETTE["muted"],
-            )
+        for lane, ly in lane_heights((tl.COMPUTE, tl.COMM), y).items():
+            draw_lane(fig, lane, ly, x_of(0), x_of(row.step_s), LEFT)
             for i, s in enumerate(x for x in row.spans if x.lane == lane):
-                fig.rect(
+                draw_box(
+                    fig,
                     x_of(s.start_s),
+                    x_of(s.end_s),
                     ly,
-                    max(x_of(s.end_s) - x_of(s.start_s), 0.6),
-                    LANE_H,
-                    fill=FILLS.get(s.kind, PALETTE["idle"]),
-                    opacity=0.75 if i % 2 else None,
-                    title=f"{s.label or s.kind}: {format_seconds(s.start_s)} "
+                    FILLS.get(s.kind, PALETTE["idle"]),
+                    f"{s.label or s.kind}: {format_seconds(s.start_s)} "
                     f"to {format_seconds(s.end_s)}",
+                    opacity=0.75 if i % 2 else None,
                 )
             if lane == tl.COMPUTE:
                 for a, b in _idle(row.spans, row.step_s):
@@ -156,19 +157,12 @@ def zero3_timeline_figure(
             ("sent_bytes", f"sent per rank {decimal_bytes(numbers['sent_bytes'])}"),
             ("whole_bytes", f"whole at once {decimal_bytes(numbers['whole_bytes'])}"),
         ]
-        for j, (key, text) in enumerate(texts):
-            fig.text(
-                width - PANEL_W + 12,
-                y + 12 + j * 13,
-                text,
-                size=11,
-                fill=PALETTE["exposed"]
-                if key == "waiting_s" and numbers[key] > 0.05 * numbers["step_s"]
-                else PALETTE["text"],
-                data_row=k,
-                data_metric=key,
-                data_value=repr(numbers[key]),
-            )
+        waits = numbers["waiting_s"] > 0.05 * numbers["step_s"]
+        panel = [
+            (key, text, numbers[key], key == "waiting_s" and waits)
+            for key, text in texts
+        ]
+        draw_numbers(fig, width - PANEL_W + 12, y + 12, panel, 13, data_row=k)
     x = LEFT
     for label, kind in (
         ("forward", "forward"),
@@ -177,45 +171,24 @@ def zero3_timeline_figure(
         ("reduce-scatter", "reducescatter"),
         ("all-reduce", "allreduce"),
     ):
-        fig.rect(x, height - 17, 10, 10, fill=FILLS[kind])
-        fig.text(x + 14, height - 8, label, size=10, fill=PALETTE["muted"])
+        swatch(fig, x, height - 8, label, FILLS[kind])
         x += 30 + 5.6 * len(label)
-    fig.rect(x, height - 17, 10, 10, fill=PALETTE["exposed"], opacity=0.35)
-    fig.text(x + 14, height - 8, "compute waits", size=10, fill=PALETTE["muted"])
+    swatch(fig, x, height - 8, "compute waits", PALETTE["exposed"], opacity=0.35)
     return fig.to_string()
 
 
 # The sliders of the chapter's live figure:
 # LiveFigure(zero3_timeline_figure, ZERO3_TIMELINE_SLIDERS).
 ZERO3_TIMELINE_SLIDERS = [
-    dict(name="n_layers", label="layers", min=2, max=48, step=1, default=12),
-    dict(
-        name="params_per_layer_m",
-        label="parameters per layer",
-        options=[(f"{m:g}M", m) for m in (10, 25, 50, 100, 200, 500, 1000)],
-        default=100,
+    steps("n_layers", "layers", 2, 48, 1, 12),
+    choices(
+        "params_per_layer_m",
+        "parameters per layer",
+        (10, 25, 50, 100, 200, 500, 1000),
+        100,
+        "{:g}M",
     ),
-    dict(
-        name="bandwidth_gb_s",
-        label="bandwidth",
-        options=[
-            (f"{b:g} GB/s", b) for b in (5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0)
-        ],
-        default=50.0,
-    ),
-    dict(
-        name="backward_ms_per_layer",
-        label="backward per layer",
-        min=1.0,
-        max=40.0,
-        step=1.0,
-        default=10.0,
-        unit="ms",
-    ),
-    dict(
-        name="ranks",
-        label="ranks",
-        options=[(str(n), n) for n in (2, 4, 8, 16, 32, 64, 128, 256)],
-        default=8,
-    ),
+    bandwidth_choices((5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0), 50.0),
+    steps("backward_ms_per_layer", "backward per layer", 1.0, 40.0, 1.0, 10.0, "ms"),
+    choices("ranks", "ranks", (2, 4, 8, 16, 32, 64, 128, 256), 8),
 ]

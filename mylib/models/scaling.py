@@ -124,34 +124,24 @@ def scaling_table(
     ranks_list = list(ranks_list)
     if not ranks_list:
         raise ValueError("give at least one rank count, e.g. [1, 2, 4, 8]")
-    one = scaled_step(
-        layers,
-        1,
-        alpha_s,
-        bandwidth,
-        cap_bytes,
-        mode=mode,
-        forward_s=forward_s,
-        optimizer_s=optimizer_s,
-        cores=cores,
-    )
+
+    def step(n):
+        return scaled_step(
+            layers,
+            n,
+            alpha_s,
+            bandwidth,
+            cap_bytes,
+            mode=mode,
+            forward_s=forward_s,
+            optimizer_s=optimizer_s,
+            cores=cores,
+        )
+
+    one = step(1)
     rows = []
     for n in ranks_list:
-        t = (
-            one
-            if n == 1
-            else scaled_step(
-                layers,
-                n,
-                alpha_s,
-                bandwidth,
-                cap_bytes,
-                mode=mode,
-                forward_s=forward_s,
-                optimizer_s=optimizer_s,
-                cores=cores,
-            )
-        )
+        t = one if n == 1 else step(n)
         factor = compute_factor(n, mode, cores)
         backward_s = sum(layer.backward_s for layer in layers) * factor
         speedup = one.step_s / t.step_s * (1 if mode == STRONG else n)
