@@ -99,6 +99,21 @@ class Step2PerParamHooks(nn.Module):
         self.works = []
 
 
+def backward_buckets(module, bucket_cap_mb):
+    """The trainable parameters in buckets of ``bucket_cap_mb``, in backward order.
+
+    Backward order is roughly the reverse of registration; a bucket holds one
+    dtype on one device (it becomes one flat tensor).
+    """
+    params = [p for p in module.parameters() if p.requires_grad][::-1]
+    groups = assign_buckets(
+        [p.numel() * p.element_size() for p in params],
+        int(bucket_cap_mb * MB),
+        keys=[(p.dtype, p.device) for p in params],
+    )
+    return [[params[i] for i in group] for group in groups]
+
+
 class Step3CatBuckets(nn.Module):
     """Step 3: buckets in backward order, concatenated, then copied back.
 
@@ -113,13 +128,7 @@ class Step3CatBuckets(nn.Module):
         super().__init__()
         self.module, self.world = module, dist.get_world_size()
         broadcast_parameters(module)
-        params = [p for p in module.parameters() if p.requires_grad][::-1]
-        groups = assign_buckets(
-            [p.numel() * p.element_size() for p in params],
-            int(bucket_cap_mb * MB),
-            keys=[(p.dtype, p.device) for p in params],  # one dtype per bucket
-        )
-        self.buckets = [[params[i] for i in group] for group in groups]
+        self.buckets = backward_buckets(module, bucket_cap_mb)
         for b, bucket in enumerate(self.buckets):
             for p in bucket:
                 p.register_post_accumulate_grad_hook(functools.partial(self._ready, b))
@@ -164,15 +173,8 @@ class Step4BucketViews(nn.Module):
         super().__init__()
         self.module, self.world = module, dist.get_world_size()
         broadcast_parameters(module)
-        params = [p for p in module.parameters() if p.requires_grad][::-1]
-        groups = assign_buckets(
-            [p.numel() * p.element_size() for p in params],
-            int(bucket_cap_mb * MB),
-            keys=[(p.dtype, p.device) for p in params],
-        )
         self.buckets = []  # (parameters, flat buffer)
-        for b, group in enumerate(groups):
-            bucket = [params[i] for i in group]
+        for b, bucket in enumerate(backward_buckets(module, bucket_cap_mb)):
             flat = bucket[0].new_zeros(sum(p.numel() for p in bucket))
             for p, view in zip(bucket, flat.split([p.numel() for p in bucket])):
                 hook = functools.partial(self._ready, b, view.view_as(p))

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib.figures import browser
+from mylib.figures.costmodel import allreduce_cost_figure
 from mylib.figures.livefig import LiveFigure, Slider, render_positions
 from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_figure
 
@@ -185,6 +186,9 @@ def test_render_outside_mylib_works_in_jupyter_only():
 
 def test_slider_names_must_be_render_arguments():
     with pytest.raises(ValueError, match="no argument"):
+        LiveFigure(allreduce_cost_figure, [Slider("bucket_size", min=0, max=3, step=1)])
+    # a figure that takes its sliders as **values refuses a name no slider has
+    with pytest.raises(ValueError, match="no slider named"):
         LiveFigure(bucketing_figure, [Slider("bucket_size", min=0, max=3, step=1)])
     with pytest.raises(ValueError, match="unique"):
         LiveFigure(

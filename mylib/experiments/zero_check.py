@@ -37,23 +37,23 @@ SETUPS = {
     "torch-fsdp": 3,
 }
 
-CHECK = dict(
-    vocab=64,
-    dim=32,
-    hidden=64,
-    layers=2,
-    frozen=True,
-    tied=True,
-    batch=8,
-    seq=12,
-    steps=10,
-    optimizer=torch.optim.AdamW,
-    lr=1e-2,
-    weight_decay=0.1,
-    bucket_cap_mb=0.01,
-    seed=0,
-    dtype=torch.float32,
-)
+CHECK = {
+    "vocab": 64,
+    "dim": 32,
+    "hidden": 64,
+    "layers": 2,
+    "frozen": True,
+    "tied": True,
+    "batch": 8,
+    "seq": 12,
+    "steps": 10,
+    "optimizer": torch.optim.AdamW,
+    "lr": 1e-2,
+    "weight_decay": 0.1,
+    "bucket_cap_mb": 0.01,
+    "seed": 0,
+    "dtype": torch.float32,
+}
 """The equivalence check: a small model, 10 steps of AdamW with two parameter groups."""
 
 MEASURE = dict(

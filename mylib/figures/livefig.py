@@ -36,6 +36,7 @@ import importlib
 import inspect
 import json
 import time
+import types
 
 from mylib.figures import browser
 
@@ -221,6 +222,21 @@ def choices(name, label, values, default, fmt="{:g}"):
     return dict(name=name, label=label, options=options, default=default)
 
 
+def settings(sliders, values):
+    """The values a figure draws with: each slider's default, then ``values``.
+
+    A figure with many sliders takes them as keywords (``**values``) and reads
+    them here, so that its defaults live in one place, its slider list. A name
+    that is no slider's is refused.
+    """
+    names = [spec["name"] for spec in sliders]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ValueError(f"no slider named {unknown}: the sliders are {names}")
+    defaults = {spec["name"]: spec["default"] for spec in sliders}
+    return types.SimpleNamespace(**{**defaults, **values})
+
+
 def render_positions(module, function, specs_json, positions_json):
     """Render ``module.function`` at slider positions given as JSON.
 
@@ -281,6 +297,8 @@ class LiveFigure:
                 | set(browser.module_closure(__name__))
             )
         self.values = {s.name: s.default for s in self.sliders}
+        if takes_any:  # a render(**values) checks the names itself: draw once now
+            self.render(**self.values)
         self.redraw_s = []  # seconds each Jupyter redraw took (render + widget update)
         self._widget = None
 

@@ -19,6 +19,7 @@ reader's browser.
 
 import math
 
+from mylib.figures.livefig import choices, settings, steps
 from mylib.figures.svg import PALETTE, Axes, Svg, caption_lines, format_seconds
 from mylib.models.buckets import MB
 from mylib.models.scaling import (
@@ -75,31 +76,29 @@ def _layers(global_batch, backward_ms_per_sample, grad_gb):
     ), FORWARD_PER_BACKWARD * backward_s
 
 
-def scaling_rows(
-    global_batch=1024,
-    backward_ms_per_sample=50.0,
-    grad_gb=14.0,
-    bandwidth_gb_s=50.0,
-    alpha_us=5.0,
-    bucket_cap_mb=25.0,
-    ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
-):
+RANK_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def scaling_rows(**values):
     """The figure's data: :func:`mylib.models.scaling.scaling_table` rows.
 
-    The rows are at a fixed global batch, each with its ``batch_per_rank``.
-    The backward of the whole global batch on one rank is
-    ``global_batch x backward_ms_per_sample``; a forward costs half that.
-    Rank counts beyond the global batch (under one sample per rank) are left out.
+    For the figure's slider values (:data:`SCALING_SLIDERS`; a value left out
+    takes its slider's default), at a fixed global batch, each row with its
+    ``batch_per_rank``. The backward of the whole global batch on one rank is
+    ``global_batch x backward_ms_per_sample``; a forward costs half that. Rows
+    cover :data:`RANK_COUNTS` up to the global batch (at least one sample per
+    rank); the ``ranks`` slider only marks one of them.
     """
-    layers, forward_s = _layers(global_batch, backward_ms_per_sample, grad_gb)
+    s = settings(SCALING_SLIDERS, values)
+    layers, forward_s = _layers(s.global_batch, s.backward_ms_per_sample, s.grad_gb)
     rows = scaling_table(
         layers,
-        [n for n in ranks if n <= global_batch],
-        *_link(bandwidth_gb_s, alpha_us, bucket_cap_mb),
+        [n for n in RANK_COUNTS if n <= s.global_batch],
+        *_link(s.bandwidth_gb_s, s.alpha_us, s.bucket_cap_mb),
         forward_s=forward_s,
     )
     for row in rows:
-        row["batch_per_rank"] = global_batch / row["ranks"]
+        row["batch_per_rank"] = s.global_batch / row["ranks"]
     return rows
 
 
@@ -117,47 +116,38 @@ def weak_efficiency(batch_per_rank, ranks, backward_ms_per_sample, grad_gb, link
     return one.step_s / many.step_s
 
 
-def scaling_figure(
-    ranks=64,
-    global_batch=1024,
-    backward_ms_per_sample=50.0,
-    grad_gb=14.0,
-    bandwidth_gb_s=50.0,
-    alpha_us=5.0,
-    bucket_cap_mb=25.0,
-):
+def scaling_figure(**values):
     """SVG: step time and efficiency against rank count at a fixed global batch.
 
-    The numbers printed below are those at ``ranks`` ranks.
+    ``values`` are slider values (:data:`SCALING_SLIDERS`); the numbers printed
+    below are those at ``ranks`` ranks.
     """
+    s = settings(SCALING_SLIDERS, values)
     if not (
-        1 <= ranks <= MAX_RANKS
-        and global_batch >= 1
-        and grad_gb > 0
-        and bandwidth_gb_s > 0
+        1 <= s.ranks <= MAX_RANKS
+        and s.global_batch >= 1
+        and s.grad_gb > 0
+        and s.bandwidth_gb_s > 0
     ):
         raise ValueError(
             "need 1 <= ranks <= 1024, global_batch >= 1, "
             "grad_gb > 0 and bandwidth_gb_s > 0"
         )
-    rows = scaling_rows(
-        global_batch,
-        backward_ms_per_sample,
-        grad_gb,
-        bandwidth_gb_s,
-        alpha_us,
-        bucket_cap_mb,
-    )
-    ranks = min(ranks, rows[-1]["ranks"])
+    rows = scaling_rows(**vars(s))
+    ranks = min(s.ranks, rows[-1]["ranks"])
     at = next(r for r in rows if r["ranks"] >= ranks)
-    layers, _ = _layers(global_batch, backward_ms_per_sample, grad_gb)
-    link = _link(bandwidth_gb_s, alpha_us, bucket_cap_mb)
+    layers, _ = _layers(s.global_batch, s.backward_ms_per_sample, s.grad_gb)
+    link = _link(s.bandwidth_gb_s, s.alpha_us, s.bucket_cap_mb)
     bound = comm_bound_ranks(layers, *link, max_ranks=MAX_RANKS)
     weak = [
         (
             r["ranks"],
             weak_efficiency(
-                at["batch_per_rank"], r["ranks"], backward_ms_per_sample, grad_gb, link
+                at["batch_per_rank"],
+                r["ranks"],
+                s.backward_ms_per_sample,
+                s.grad_gb,
+                link,
             ),
         )
         for r in rows
@@ -230,20 +220,14 @@ def scaling_figure(
         metric="efficiency",
     )
     right.curve(weak, PALETTE["muted"], dash="5 4", metric="weak_efficiency")
-    svg.text(
-        right.x + 8,
-        right.y + right.h - 24,
-        f"global batch fixed at {global_batch}",
-        size=10,
-        fill=PALETTE["accent"],
+    legend = (
+        (24, f"global batch fixed at {s.global_batch}", PALETTE["accent"]),
+        (10, f"- - batch per rank fixed at {at['batch_per_rank']:g}", PALETTE["muted"]),
     )
-    svg.text(
-        right.x + 8,
-        right.y + right.h - 10,
-        f"- - batch per rank fixed at {at['batch_per_rank']:g}",
-        size=10,
-        fill=PALETTE["muted"],
-    )
+    for above_bottom, text, colour in legend:
+        svg.text(
+            right.x + 8, right.y + right.h - above_bottom, text, size=10, fill=colour
+        )
     left.marker(at["ranks"], at["step_s"])
     right.marker(at["ranks"], at["efficiency"])
 
@@ -265,7 +249,7 @@ def scaling_figure(
             )
             + (
                 "bandwidth term → 2G/β = "
-                f"{format_seconds(ring_limit_s(grad_gb * 1e9, bandwidth_gb_s * 1e9))}"
+                f"{format_seconds(ring_limit_s(s.grad_gb * 1e9, link[1]))}"
             ),
             "bound",
         ),
@@ -278,3 +262,16 @@ def scaling_figure(
     ]
     caption_lines(svg, 20, 354, 18, lines)
     return svg.to_string()
+
+
+# The sliders of chapter 7's LiveFigure(scaling_figure, SCALING_SLIDERS), as
+# dicts of Slider arguments.
+SCALING_SLIDERS = [
+    choices("ranks", "ranks", [2**k for k in range(11)], 64),
+    choices("global_batch", "global batch", (256, 512, 1024, 2048, 4096), 1024),
+    steps("backward_ms_per_sample", "backward per sample", 5.0, 200.0, 5.0, 50.0, "ms"),
+    steps("grad_gb", "gradients", 0.5, 40.0, 0.5, 14.0, "GB"),
+    choices("bandwidth_gb_s", "bandwidth", (10, 25, 50, 100, 200, 400, 900), 50),
+    steps("alpha_us", "latency \u03b1", 0.0, 50.0, 1.0, 5.0, "\u00b5s"),
+    choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25),
+]

@@ -16,7 +16,7 @@ and DDP's buckets. Other chapters draw their own timelines with
 only (it runs under Pyodide).
 """
 
-from mylib.figures.livefig import choices, steps
+from mylib.figures.livefig import choices, settings, steps
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
@@ -331,60 +331,37 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
 # -- chapter 3's live figure ----------------------------------------
 
 
-def bucketing_timelines(
-    n_layers=24,
-    bucket_cap_mb=25.0,
-    bandwidth_gb_s=25.0,
-    latency_us=50.0,
-    backward_ms_per_layer=10.0,
-    ranks=8,
-):
-    """The three timelines of :func:`bucketing_figure`.
+def bucketing_timelines(**values):
+    """The three timelines of :func:`bucketing_figure`, for its slider values.
 
     One all-reduce after the backward, one per parameter, and DDP's buckets.
+    A value left out takes its slider's default (:data:`BUCKETING_SLIDERS`).
     """
-    layers = transformer_blocks(n_layers, backward_ms_per_layer)
-    link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
+    s = settings(BUCKETING_SLIDERS, values)
+    layers = transformer_blocks(s.n_layers, s.backward_ms_per_layer)
+    link = tl.Link(s.ranks, s.latency_us * 1e-6, s.bandwidth_gb_s * 1e9)
+    cap = s.bucket_cap_mb
     return [
         tl.all_at_end(layers, link),
         tl.per_parameter(layers, link),
-        tl.simulate(
-            layers,
-            bucket_cap_mb * MB,
-            link,
-            name=f"buckets of {bucket_cap_mb:g} MB (DDP)",
-        ),
+        tl.simulate(layers, cap * MB, link, name=f"buckets of {cap:g} MB (DDP)"),
     ]
 
 
-def bucketing_figure(
-    n_layers=24,
-    bucket_cap_mb=25.0,
-    bandwidth_gb_s=25.0,
-    latency_us=50.0,
-    backward_ms_per_layer=10.0,
-    ranks=8,
-):
+def bucketing_figure(**values):
     """Chapter 3's figure (an SVG string): the two baselines and DDP's buckets.
 
-    The arguments are one set of slider values. Bandwidth is in GB/s (1e9
-    bytes/s), the cap in MB (2**20 bytes, as PyTorch's ``bucket_cap_mb``),
+    ``values`` are slider values (:data:`BUCKETING_SLIDERS`): bandwidth in GB/s
+    (1e9 bytes/s), the cap in MB (2**20 bytes, as PyTorch's ``bucket_cap_mb``),
     latency in microseconds per message.
     """
-    rows = bucketing_timelines(
-        n_layers,
-        bucket_cap_mb,
-        bandwidth_gb_s,
-        latency_us,
-        backward_ms_per_layer,
-        ranks,
-    )
+    s = settings(BUCKETING_SLIDERS, values)
     title = (
-        f"{n_layers} transformer blocks "
-        f"({n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {ranks} ranks, "
-        f"{bandwidth_gb_s:g} GB/s, {latency_us:g} us per message"
+        f"{s.n_layers} transformer blocks "
+        f"({s.n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {s.ranks} ranks, "
+        f"{s.bandwidth_gb_s:g} GB/s, {s.latency_us:g} us per message"
     )
-    return draw_timelines(rows, title=title)
+    return draw_timelines(bucketing_timelines(**vars(s)), title=title)
 
 
 def bandwidth_choices(values, default):

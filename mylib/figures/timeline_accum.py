@@ -7,7 +7,7 @@ on one time axis, each micro-step marked and its exposed communication
 framed in red. Standard library only: it runs in the reader's browser.
 """
 
-from mylib.figures.livefig import choices, steps
+from mylib.figures.livefig import choices, settings, steps
 from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds, time_axis
 from mylib.figures.timeline import (
     LANE_GAP,
@@ -115,65 +115,41 @@ def draw_accumulation(timelines, *, width=900, title=None):
     return fig.to_string()
 
 
-def accumulation_timelines(
-    micro_steps=4,
-    n_layers=12,
-    bucket_cap_mb=25.0,
-    bandwidth_gb_s=5.0,
-    backward_ms_per_layer=3.0,
-    ranks=8,
-    latency_us=20.0,
-):
-    """The figure's two timelines: with and without no_sync.
+def accumulation_timelines(latency_us=20.0, **values):
+    """The figure's two timelines, for its slider values: with and without no_sync.
 
     Without it, every micro-step ends with an all-reduce. Layers are
     Linear(2048, 2048) in fp32 (16 MB of gradient each); each micro-step's
-    forward takes half its backward.
+    forward takes half its backward. A value left out takes its slider's
+    default (:data:`ACCUMULATION_SLIDERS`).
     """
-    layers = linear_layers(n_layers, HIDDEN, backward_ms_per_layer)
-    link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
+    s = settings(ACCUMULATION_SLIDERS, values)
+    layers = linear_layers(s.n_layers, HIDDEN, s.backward_ms_per_layer)
+    link = tl.Link(s.ranks, latency_us * 1e-6, s.bandwidth_gb_s * 1e9)
     forward_s = 0.5 * sum(layer.backward_s for layer in layers)
+    cap = s.bucket_cap_mb * MB
     return [
         accumulation_step(
-            layers,
-            bucket_cap_mb * MB,
-            link,
-            micro_steps,
-            no_sync=flag,
-            forward_s=forward_s,
+            layers, cap, link, s.micro_steps, no_sync=flag, forward_s=forward_s
         )
         for flag in (True, False)
     ]
 
 
-def accumulation_figure(
-    micro_steps=4,
-    n_layers=12,
-    bucket_cap_mb=25.0,
-    bandwidth_gb_s=5.0,
-    backward_ms_per_layer=3.0,
-    ranks=8,
-):
+def accumulation_figure(**values):
     """Chapter 4's figure (SVG): one optimizer step with and without no_sync.
 
-    The arguments are one set of slider values.
+    ``values`` are slider values (:data:`ACCUMULATION_SLIDERS`).
     """
-    rows = accumulation_timelines(
-        micro_steps,
-        n_layers,
-        bucket_cap_mb,
-        bandwidth_gb_s,
-        backward_ms_per_layer,
-        ranks,
-    )
-    grads = sum(
-        layer.nbytes for layer in linear_layers(n_layers, HIDDEN, backward_ms_per_layer)
-    )
+    s = settings(ACCUMULATION_SLIDERS, values)
+    layers = linear_layers(s.n_layers, HIDDEN, s.backward_ms_per_layer)
+    grads = sum(layer.nbytes for layer in layers)
     title = (
-        f"{micro_steps} micro-steps per optimizer step, {n_layers} layers "
-        f"({format_bytes(grads)} of gradients), {ranks} ranks, {bandwidth_gb_s:g} GB/s"
+        f"{s.micro_steps} micro-steps per optimizer step, {s.n_layers} layers "
+        f"({format_bytes(grads)} of gradients), {s.ranks} ranks, "
+        f"{s.bandwidth_gb_s:g} GB/s"
     )
-    return draw_accumulation(rows, title=title)
+    return draw_accumulation(accumulation_timelines(**vars(s)), title=title)
 
 
 ACCUMULATION_SLIDERS = [

@@ -6,7 +6,7 @@ draws the three timelines on one time axis. Standard library only: it runs
 in the reader's browser.
 """
 
-from mylib.figures.livefig import choices, steps
+from mylib.figures.livefig import choices, settings, steps
 from mylib.figures.svg import format_bytes
 from mylib.figures.timeline import bandwidth_choices, draw_timelines
 from mylib.models import timeline as tl
@@ -14,62 +14,43 @@ from mylib.models.buckets import MB
 from mylib.models.timeline_compress import compressed_layers
 
 
-def compression_timelines(
-    n_layers=12,
-    hidden=4096,
-    rank=4,
-    ranks=16,
-    bandwidth_gb_s=10.0,
-    backward_ms_per_layer=8.0,
-    latency_us=20.0,
-    bucket_cap_mb=25.0,
-):
+def compression_timelines(latency_us=20.0, bucket_cap_mb=25.0, **values):
     """One DDP step three ways: fp32, bf16 and PowerSGD at ``rank`` on the wire.
 
-    Each is played out by chapter 3's model (:func:`mylib.models.timeline.simulate`).
+    Each is played out by chapter 3's model (:func:`mylib.models.timeline.simulate`)
+    for the figure's slider values; a value left out takes its slider's default
+    (:data:`COMPRESSION_SLIDERS`).
     """
-    link = tl.Link(ranks, latency_us * 1e-6, bandwidth_gb_s * 1e9)
+    s = settings(COMPRESSION_SLIDERS, values)
+    link = tl.Link(s.ranks, latency_us * 1e-6, s.bandwidth_gb_s * 1e9)
     rows = []
     for scheme, label in (
         ("fp32", "fp32 (default hook)"),
         ("bf16", "bf16 hook"),
-        ("powersgd", f"PowerSGD, rank {rank}"),
+        ("powersgd", f"PowerSGD, rank {s.rank}"),
     ):
         layers = compressed_layers(
-            n_layers, hidden, backward_ms_per_layer, scheme, rank
+            s.n_layers, s.hidden, s.backward_ms_per_layer, scheme, s.rank
         )
         sent = sum(layer.nbytes for layer in layers)
-        rows.append(
-            tl.simulate(
-                layers,
-                bucket_cap_mb * MB,
-                link,
-                name=f"{label}: {format_bytes(sent)} into the all-reduces",
-            )
-        )
+        name = f"{label}: {format_bytes(sent)} into the all-reduces"
+        rows.append(tl.simulate(layers, bucket_cap_mb * MB, link, name=name))
     return rows
 
 
-def compression_figure(
-    n_layers=12,
-    hidden=4096,
-    rank=4,
-    ranks=16,
-    bandwidth_gb_s=10.0,
-    backward_ms_per_layer=8.0,
-):
-    """Chapter 5's figure: the step's timeline with fp32, bf16 and PowerSGD on the wire.
+def compression_figure(**values):
+    """Chapter 5's figure (SVG): the step with fp32, bf16 and PowerSGD on the wire.
 
-    Returns an SVG string.
+    ``values`` are slider values (:data:`COMPRESSION_SLIDERS`).
     """
-    rows = compression_timelines(
-        n_layers, hidden, rank, ranks, bandwidth_gb_s, backward_ms_per_layer
-    )
-    title = (
-        f"{n_layers} x Linear({hidden}, {hidden}), {ranks} ranks, "
-        f"{bandwidth_gb_s:g} GB/s, {backward_ms_per_layer:g} ms of backward per layer"
-    )
-    return draw_timelines(rows, title=title)
+    s = settings(COMPRESSION_SLIDERS, values)
+    title = [
+        f"{s.n_layers} x Linear({s.hidden}, {s.hidden})",
+        f"{s.ranks} ranks",
+        f"{s.bandwidth_gb_s:g} GB/s",
+        f"{s.backward_ms_per_layer:g} ms of backward per layer",
+    ]
+    return draw_timelines(compression_timelines(**vars(s)), title=", ".join(title))
 
 
 COMPRESSION_SLIDERS = [

@@ -100,18 +100,7 @@ def scaled_step(
     )
 
 
-def scaling_table(
-    layers,
-    ranks_list,
-    alpha_s,
-    bandwidth,
-    cap_bytes=25 * MB,
-    *,
-    mode=STRONG,
-    forward_s=0.0,
-    optimizer_s=0.0,
-    cores=None,
-):
+def scaling_table(layers, ranks_list, alpha_s, bandwidth, cap_bytes=25 * MB, **options):
     """One row per rank count: step time, its parts, speed-up and efficiency.
 
     Each row is a dict with ``ranks``, ``compute_s`` (forward + backward of one
@@ -119,24 +108,18 @@ def scaling_table(
     all-reduces, overlapped or not), ``exposed_comm_s``, ``step_s``,
     ``speedup`` and ``efficiency``. Speed-up is in samples per second over one
     rank's: ``T(1) / T(n)`` at a fixed global batch, ``n T(1) / T(n)`` at a
-    fixed batch per rank; efficiency is speed-up / n.
+    fixed batch per rank; efficiency is speed-up / n. ``options`` (``mode``,
+    ``forward_s``, ``optimizer_s``, ``cores``, ``first_cap_bytes``) are those of
+    :func:`scaled_step`, which plays out each row.
     """
+    mode = options.get("mode", STRONG)
+    forward_s, cores = options.get("forward_s", 0.0), options.get("cores")
     ranks_list = list(ranks_list)
     if not ranks_list:
         raise ValueError("give at least one rank count, e.g. [1, 2, 4, 8]")
 
     def step(n):
-        return scaled_step(
-            layers,
-            n,
-            alpha_s,
-            bandwidth,
-            cap_bytes,
-            mode=mode,
-            forward_s=forward_s,
-            optimizer_s=optimizer_s,
-            cores=cores,
-        )
+        return scaled_step(layers, n, alpha_s, bandwidth, cap_bytes, **options)
 
     one = step(1)
     rows = []
