@@ -10,11 +10,12 @@ import torch
 from torch import nn
 
 
-def mlp(sizes, *, seed=0, activation=nn.Tanh, dtype=torch.float32):
+def mlp(sizes, *, seed=0, activation=nn.Tanh, dtype=None):
     """Linear layers ``sizes[0] -> sizes[1] -> ...``, ``activation`` between them.
 
     Seeded, so every rank (and the one-process reference) builds the same
     weights; pass a different ``seed`` per rank to test the initial broadcast.
+    ``dtype`` defaults to torch's default dtype.
     """
     torch.manual_seed(seed)
     layers = []
@@ -22,7 +23,8 @@ def mlp(sizes, *, seed=0, activation=nn.Tanh, dtype=torch.float32):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2:
             layers.append(activation())
-    return nn.Sequential(*layers).to(dtype)
+    model = nn.Sequential(*layers)
+    return model if dtype is None else model.to(dtype)
 
 
 def global_batches(steps, rows, sizes, *, seed=1, dtype=torch.float32):
