@@ -16,7 +16,7 @@ help:
 	@echo "make book   - build the static site into _build/html"
 	@echo "make test   - every test: mylib, notebooks (nbval), practice, book build, browser"
 	@echo "make lab    - open JupyterLab on the notebooks"
-	@echo "make bench  - benchmarks: MyDDP vs PyTorch DDP, timeline model vs measurement"
+	@echo "make bench  - benchmarks: MyDDP vs PyTorch DDP, timeline model vs measurement (gloo, emulated link)"
 	@echo "make notebooks - re-execute every notebook and save its outputs"
 	@echo "make lint   - ruff check and ruff format --check (make format fixes the format)"
 

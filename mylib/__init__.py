@@ -6,7 +6,8 @@ chapters build it:
 * chapter 0: ``launch`` (N ranks from a notebook), ``torchrun`` (the cluster path)
 * chapter 1: ``comm`` (collectives that count bytes), ``ring`` (ring all-reduce)
 * chapter 2: ``averaging``, ``loss``, ``batching``
-* chapter 3: ``ddp_steps`` (DDP in four steps), ``ddp`` (:class:`MyDDP`), ``tracer``
+* chapter 3: ``ddp_steps`` (DDP in four steps), ``ddp`` (:class:`MyDDP`), ``tracer``,
+  ``emulated_link`` (a network link that leaves the cores to the backward)
 * chapter 5: ``comm_hooks``, ``powersgd``
 * chapter 6: ``zero1``, ``zero2``, ``zero3``
 * chapter 7: ``local_sgd``
