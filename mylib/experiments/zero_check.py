@@ -210,7 +210,11 @@ def build(setup, model, config):
         return (
             model,
             ShardedGradOptimizer(
-                param_groups(model, config), opt_class, bucket_cap_mb=cap, lr=lr
+                param_groups(model, config),
+                opt_class,
+                bucket_cap_mb=cap,
+                module=model,
+                lr=lr,
             ),
             no_sync,
         )
