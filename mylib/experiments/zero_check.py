@@ -51,6 +51,7 @@ CHECK = dict(
     lr=1e-2,
     weight_decay=0.1,
     bucket_cap_mb=0.01,
+    reduce_scatter_mb=25.0,
     seed=0,
     dtype=torch.float32,
 )
@@ -195,7 +196,11 @@ def build(setup, model, config):
         return (
             model,
             ShardedOptimizer(
-                param_groups(model, config), opt_class, average_gradients=True, lr=lr
+                param_groups(model, config),
+                opt_class,
+                average_gradients=True,
+                reduce_scatter_mb=config["reduce_scatter_mb"],
+                lr=lr,
             ),
             no_sync,
         )
