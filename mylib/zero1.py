@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from mylib import comm
+from mylib.models.buckets import MB
 
 
 class FlatParams:
@@ -46,6 +47,7 @@ class FlatParams:
         # ceil division
         self.shard_numel = -(-sum(self.numels) // world_size)
         self.numel = self.shard_numel * world_size
+        self.world_size = world_size
         self.shard_start = rank * self.shard_numel
         self.shard_end = self.shard_start + self.shard_numel
 
@@ -71,6 +73,25 @@ class FlatParams:
             if t is not None:
                 flat[offset : offset + numel].copy_(t.reshape(-1))
         return flat
+
+    def shard_slices(self, tensors, start, end):
+        """Elements ``[start, end)`` of every shard, back to back, from ``tensors``.
+
+        ``tensors`` are laid out as the parameters. What a reduce-scatter of
+        that slice of every shard sends: rank r receives its own shard's
+        ``[start, end)``. A None counts as zeros.
+        """
+        like, width = self.params[0], end - start
+        out = torch.zeros(self.world_size * width, dtype=like.dtype, device=like.device)
+        for r in range(self.world_size):
+            lo = r * self.shard_numel + start  # where the slice lies in the flat buffer
+            for t, offset, numel in zip(tensors, self.offsets, self.numels):
+                a, b = max(lo, offset), min(lo + width, offset + numel)
+                if t is not None and a < b:
+                    out[r * width + a - lo : r * width + b - lo].copy_(
+                        t.reshape(-1)[a - offset : b - offset]
+                    )
+        return out
 
     def bind_params(self):
         """Move the parameters into one flat buffer, each ``p.data`` a view.
@@ -112,7 +133,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
     PyTorch's DDP. With ``average_gradients=True`` the model is not wrapped:
     ``step()`` reduce-scatters the gradients itself, so each rank receives the
     average of its own shard only; a parameter without a gradient then counts
-    as a zero gradient, as in FSDP and DeepSpeed. Parameters that do not
+    as a zero gradient, as in FSDP and DeepSpeed. It sends them in
+    reduce-scatters of at most ``reduce_scatter_mb`` each, so that the copy
+    being sent stays small beside the gradients. Parameters that do not
     require a gradient are never sharded nor updated.
     """
 
@@ -122,9 +145,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
         optimizer_class,
         process_group=None,
         average_gradients=False,
+        reduce_scatter_mb=25.0,
         **defaults,
     ):
-        _check_arguments(optimizer_class)
+        _check_arguments(optimizer_class, reduce_scatter_mb)
+        self.reduce_scatter_mb = reduce_scatter_mb
         super().__init__(params, defaults)
         self.optimizer_class = optimizer_class
         self.process_group = process_group
@@ -207,13 +232,22 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 )
             return
         for bucket in self.buckets:
-            flat_grad = bucket.flatten([p.grad for p in bucket.params])
+            grads = [p.grad for p in bucket.params]
+            like = bucket.params[0]
             bucket.grad_shard = torch.empty(
-                bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device
+                bucket.shard_numel, dtype=like.dtype, device=like.device
             )
-            comm.reduce_scatter_tensor(
-                bucket.grad_shard, flat_grad, group=self.process_group
-            )
+            # Not one flat copy of the whole gradient: slices of every shard at
+            # a time, at most reduce_scatter_mb sent per call.
+            cap = int(self.reduce_scatter_mb * MB)
+            width = max(1, cap // (self.world_size * like.element_size()))
+            for start in range(0, bucket.shard_numel, width):
+                end = min(start + width, bucket.shard_numel)
+                comm.reduce_scatter_tensor(
+                    bucket.grad_shard[start:end],
+                    bucket.shard_slices(grads, start, end),
+                    group=self.process_group,
+                )
             bucket.grad_shard /= self.world_size
         self._attach_grad_shards()
 
@@ -337,7 +371,7 @@ SCALAR_STATE_KEYS = {"step", "mu_product"}
 # -- guard rails ----------------------------------------------------------------------
 
 
-def _check_arguments(optimizer_class):
+def _check_arguments(optimizer_class, reduce_scatter_mb):
     if not (
         isinstance(optimizer_class, type)
         and issubclass(optimizer_class, torch.optim.Optimizer)
@@ -346,6 +380,11 @@ def _check_arguments(optimizer_class):
             "optimizer_class must be a torch.optim.Optimizer subclass such as "
             "torch.optim.AdamW (the class, not an instance), "
             f"got {optimizer_class!r}"
+        )
+    if not reduce_scatter_mb > 0:
+        raise ValueError(
+            "reduce_scatter_mb must be > 0 (the most MB one reduce-scatter sends), "
+            f"got {reduce_scatter_mb}"
         )
     if not dist.is_initialized():
         raise RuntimeError(

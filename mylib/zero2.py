@@ -4,21 +4,35 @@ ZeRO-1 still materialises every full gradient on every rank, though each
 rank needs only its shard of it to update its shard. ZeRO-2 reduce-scatters
 the gradients during the backward pass, bucket by bucket, as soon as a
 bucket's gradients are ready (the overlap of chapter 3, with a
-reduce-scatter in place of the all-reduce), and frees the full gradients
-at once. After ``loss.backward()`` a rank holds 1/N of the gradients.
+reduce-scatter in place of the all-reduce). After ``loss.backward()`` a rank
+holds 1/N of the gradients.
 
 Buckets are formed in backward order by the same rule as DDP
 (:func:`mylib.models.buckets.assign_buckets`); each bucket is one flat buffer
 of parameters, cut into N shards as in ZeRO-1 (:class:`mylib.zero1.FlatParams`),
 so the reduce-scatter of a bucket's gradient leaves rank r the average of its
 shard r, exactly the part that rank r's optimizer updates.
+
+The saving must hold at the peak, not only after the backward. Each
+gradient is copied into its bucket's flat gradient as soon as autograd has
+made it, and freed; a bucket's flat gradient lives from its first gradient
+to the end of its reduce-scatter, and at most ``MAX_FLAT_GRADS`` of them are
+alive at once (DeepSpeed's two alternating buffers): before a third is
+allocated, the oldest reduce-scatter is waited for and its buffer freed. So
+at its peak a rank holds its shard, two buckets, and the gradients autograd
+has just made, not the whole gradient.
 """
+
+from collections import deque
 
 import torch
 
 from mylib import comm
 from mylib.models.buckets import MB, assign_buckets
 from mylib.zero1 import ShardedOptimizer
+
+# Full-size flat gradients alive at once: one filling while one is reduced.
+MAX_FLAT_GRADS = 2
 
 
 class ShardedGradOptimizer(ShardedOptimizer):
@@ -34,7 +48,12 @@ class ShardedGradOptimizer(ShardedOptimizer):
     parameters; ``zero_grad()`` clears the shards. As in DDP, every rank must
     run the same backward (the same parameters get gradients), or ranks would
     reduce-scatter different buckets. A parameter that gets no gradient counts
-    as a zero gradient.
+    as a zero gradient. Buckets follow the reverse of the order the
+    parameters are given in; with parameter groups (which list, say, every
+    matrix before every bias) pass ``module=model``, and they follow the
+    reverse of ``model.parameters()``, the backward order, as in DDP.
+    Otherwise a bucket may wait for the end of the backward, and every bucket
+    with it.
     """
 
     def __init__(
@@ -43,6 +62,7 @@ class ShardedGradOptimizer(ShardedOptimizer):
         optimizer_class,
         process_group=None,
         bucket_cap_mb=25.0,
+        module=None,
         **defaults,
     ):
         if bucket_cap_mb < 0:
@@ -51,6 +71,7 @@ class ShardedGradOptimizer(ShardedOptimizer):
                 f"got {bucket_cap_mb}"
             )
         self.bucket_cap_mb = bucket_cap_mb
+        self.module = module
         super().__init__(
             params,
             optimizer_class,
@@ -58,12 +79,15 @@ class ShardedGradOptimizer(ShardedOptimizer):
             average_gradients=True,
             **defaults,
         )
-        self._bucket_of = {
-            p: b for b, bucket in enumerate(self.buckets) for p in bucket.params
+        # parameter -> (its bucket, where its gradient lies in the bucket)
+        self._place = {
+            p: (b, offset, numel)
+            for b, bucket in enumerate(self.buckets)
+            for p, offset, numel in zip(bucket.params, bucket.offsets, bucket.numels)
         }
         self._hooks = [
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
-            for p in self._bucket_of
+            for p in self._place
         ]
         # launched from hooks during the last backward
         self.reduce_scatters_in_backward = 0
@@ -72,8 +96,17 @@ class ShardedGradOptimizer(ShardedOptimizer):
     def _bucket_params(self, params):
         """Buckets in backward order, as DDP forms them.
 
-        Backward order is the reverse of the parameter order.
+        Backward order is the reverse of the parameter order: of
+        ``module.parameters()`` if a module was given.
         """
+        if self.module is not None:
+            place = {p: i for i, p in enumerate(self.module.parameters())}
+            if any(p not in place for p in params):
+                raise ValueError(
+                    "module must hold every parameter the optimizer trains: "
+                    "pass the model whose parameters these are"
+                )
+            params = sorted(params, key=place.__getitem__)
         backward_order = list(reversed(params))
         sizes = [p.numel() * p.element_size() for p in backward_order]
         keys = [(p.dtype, p.device) for p in backward_order]
@@ -87,19 +120,26 @@ class ShardedGradOptimizer(ShardedOptimizer):
         self._ready = [set() for _ in self.buckets]
         # buckets launch in order, so that every rank calls the same collectives
         self._next_to_launch = 0
-        # (bucket, gradient shard being received, flat gradient being sent, work)
-        self._in_flight = []
+        # bucket -> its flat gradient, from its first gradient to the end of
+        # its reduce-scatter: at most MAX_FLAT_GRADS of them
+        self._flat_grads = {}
+        # (bucket, gradient shard being received, work), oldest first
+        self._in_flight = deque()
         self._callback_queued = False
 
     def _on_grad_ready(self, param):
-        """Post-accumulate-grad hook: ``param.grad`` is now final."""
+        """Post-accumulate-grad hook: copy ``param.grad`` into its bucket, free it."""
         if not self._callback_queued:
             # The first gradient of a backward: at its end, flush the rest.
             engine = torch.autograd.Variable._execution_engine
             engine.queue_callback(self._finish_backward)
             self._callback_queued = True
             self.reduce_scatters_in_backward = 0
-        b = self._bucket_of[param]
+        b, offset, numel = self._place[param]
+        with torch.no_grad():
+            self._flat_grad(b)[offset : offset + numel].copy_(param.grad.reshape(-1))
+        # The point of ZeRO-2: a full gradient lives only until it is in its bucket.
+        param.grad = None
         self._ready[b].add(param)
         while self._next_to_launch < len(self.buckets) and len(
             self._ready[self._next_to_launch]
@@ -107,22 +147,45 @@ class ShardedGradOptimizer(ShardedOptimizer):
             self._launch(self._next_to_launch)
             self.reduce_scatters_in_backward += 1
 
+    def _flat_grad(self, b):
+        """Bucket b's flat gradient, zeros when its first gradient arrives.
+
+        Before allocating one more than ``MAX_FLAT_GRADS``, wait for the
+        oldest reduce-scatter, which frees its buffer.
+        """
+        if b not in self._flat_grads:
+            while len(self._flat_grads) >= MAX_FLAT_GRADS and self._in_flight:
+                self._complete_oldest()
+            like = self.buckets[b].params[0]
+            self._flat_grads[b] = torch.zeros(
+                self.buckets[b].numel, dtype=like.dtype, device=like.device
+            )
+        return self._flat_grads[b]
+
     def _launch(self, b):
-        """Start bucket b's reduce-scatter and free its full gradients."""
-        bucket = self.buckets[b]
-        with torch.no_grad():
-            flat_grad = bucket.flatten([p.grad for p in bucket.params])
-        for p in bucket.params:
-            # The point of ZeRO-2: no full gradient outlives its bucket's launch.
-            p.grad = None
+        """Start bucket b's reduce-scatter; a missing gradient counts as zeros."""
+        bucket, flat_grad = self.buckets[b], self._flat_grad(b)
         received = torch.empty(
             bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device
         )
         work = comm.reduce_scatter_tensor(
             received, flat_grad, group=self.process_group, async_op=True
         )
-        self._in_flight.append((bucket, received, flat_grad, work))
+        self._in_flight.append((b, received, work))
         self._next_to_launch = b + 1
+
+    def _complete_oldest(self):
+        """Finish the oldest reduce-scatter: keep its averaged shard, free its input."""
+        b, received, work = self._in_flight.popleft()
+        work.wait()
+        del self._flat_grads[b]  # the work held it until now; freed here
+        bucket = self.buckets[b]
+        with torch.no_grad():
+            received /= self.world_size
+            if getattr(bucket, "grad_shard", None) is None:
+                bucket.grad_shard = received
+            else:  # gradient accumulation: backwards before one step
+                bucket.grad_shard += received
 
     def _finish_backward(self):
         """End of backward: launch the buckets left, wait, keep the averaged shards.
@@ -131,14 +194,8 @@ class ShardedGradOptimizer(ShardedOptimizer):
         """
         while self._next_to_launch < len(self.buckets):
             self._launch(self._next_to_launch)
-        with torch.no_grad():
-            for bucket, received, _, work in self._in_flight:
-                work.wait()
-                received /= self.world_size
-                if getattr(bucket, "grad_shard", None) is None:
-                    bucket.grad_shard = received
-                else:  # gradient accumulation: backwards before one step
-                    bucket.grad_shard += received
+        while self._in_flight:
+            self._complete_oldest()
         self._attach_grad_shards()
         self._new_backward()
 

@@ -11,7 +11,11 @@ them, and rebuilds a *unit* (a layer, a block) just in time:
 
 So a rank holds its shards plus the full parameters of one unit (two with
 prefetching), and sends 3 psi per step (two all-gathers and a
-reduce-scatter) against DDP's 2 psi. This is what PyTorch's FSDP does.
+reduce-scatter) against DDP's 2 psi. This is what PyTorch's FSDP does. Its
+gradients peak at its shard plus two units' worth: the unit whose
+reduce-scatter is in flight, and the one being computed (whose gradients,
+one per parameter, are copied into one flat gradient once the one in
+flight is done).
 
 How the pieces fit torch's autograd. Each unit's parameters live in one flat
 *full* buffer (a leaf tensor that requires grad), laid out as in ZeRO-1
@@ -97,7 +101,9 @@ class ShardedFlat:
     def use_full(self):
         """Point every module slot of every parameter at a view of the full buffer.
 
-        Autograd tracks the views.
+        Autograd tracks the views. Returns the autograd node that will
+        concatenate the views' gradients into the flat ``full.grad`` (None
+        when no gradient is recorded).
         """
         padding = self.layout.numel - sum(self.layout.numels)
         # One split: its backward builds the whole flat gradient in one concatenation.
@@ -105,6 +111,7 @@ class ShardedFlat:
         for view, shape, places in zip(views, self.shapes, self.places):
             for module, name in places:
                 module._parameters[name] = view.view(shape)
+        return views[0].grad_fn
 
     def use_pieces(self):
         """Put the original parameters back into their module slots.
@@ -114,6 +121,14 @@ class ShardedFlat:
         for p, places in zip(self.params, self.places):
             for module, name in places:
                 module._parameters[name] = p
+
+    def drop_cleared_grad_shard(self):
+        """After ``zero_grad()`` (a piece's ``.grad`` is None) free the old shard now.
+
+        Otherwise it would live on until the new one arrives.
+        """
+        if any(p.grad is None for p in self.params):
+            self.grad_shard = None
 
     def add_grad_shard(self, received):
         """Keep this rank's averaged gradient shard; expose its pieces as ``p.grad``."""
@@ -277,7 +292,12 @@ class ShardedModel(nn.Module):
             self._seen["forward"] = []
         self._run(unit, "forward")
         for flat in unit.flats:
-            flat.use_full()
+            concatenate = flat.use_full()
+            if concatenate is not None:
+                # The unit's gradients, one per parameter, are about to be
+                # copied into one flat gradient: finish the reduce-scatter in
+                # flight first, so that two unit gradients exist at once, not three.
+                concatenate.register_prehook(lambda grads: self._wait_in_flight())
 
     def _post_forward(self, unit, output):
         for flat in unit.flats:
@@ -299,6 +319,8 @@ class ShardedModel(nn.Module):
             self._seen["backward"] = []
             engine = torch.autograd.Variable._execution_engine
             engine.queue_callback(self._finish_backward)
+            for flat in (flat for u in self.units for flat in u.flats):
+                flat.drop_cleared_grad_shard()
         if unit not in self._seen["backward"]:
             self._run(unit, "backward")
 

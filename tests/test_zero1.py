@@ -188,10 +188,28 @@ def test_shards_cover_every_parameter_exactly_once(numels, world):
     assert all(c == 1 for counts in covered for c in counts)
 
 
+def test_shard_slices_are_what_a_reduce_scatter_of_shard_slices_sends():
+    """Slices of every shard, back to back, read from the flat layout."""
+    g = torch.Generator().manual_seed(0)
+    for world in (1, 2, 3, 4):
+        numels = torch.randint(1, 9, (5,), generator=g).tolist()
+        tensors = [torch.randn(n, generator=g) for n in numels]
+        tensors[2] = None  # no gradient: zeros
+        layout = FlatParams([torch.zeros(n) for n in numels], world, 0)
+        flat = layout.flatten(tensors)
+        shards = flat.view(world, layout.shard_numel)
+        for start in range(layout.shard_numel):
+            for end in range(start + 1, layout.shard_numel + 1):
+                want = shards[:, start:end].reshape(-1)
+                assert torch.equal(layout.shard_slices(tensors, start, end), want)
+
+
 def test_bad_input_names_the_fix():
     params = [torch.nn.Parameter(torch.zeros(3))]
     with pytest.raises(TypeError, match="the class, not an instance"):
         ShardedOptimizer(params, torch.optim.Adam(params))
+    with pytest.raises(ValueError, match="the most MB one reduce-scatter sends"):
+        ShardedOptimizer(params, torch.optim.Adam, reduce_scatter_mb=0)
     if not dist.is_initialized():
         with pytest.raises(RuntimeError, match="init_process_group"):
             ShardedOptimizer(params, torch.optim.Adam, lr=1e-3)

@@ -101,6 +101,37 @@ def test_gradient_accumulation_equals_one_big_batch():
         assert max_param_diff(result[CHECK["bucket_cap_mb"]]["params"], reference) < TOL
 
 
+def _bucket_names(config):
+    model = tiny_lm(config)
+    names = {p: name for name, p in model.named_parameters()}
+    groups = param_groups(model, config)  # every matrix, then the rest
+    given = ShardedGradOptimizer(groups, config["optimizer"], bucket_cap_mb=0.0)
+    given.remove_hooks()
+    ordered = ShardedGradOptimizer(
+        param_groups(model, config),
+        config["optimizer"],
+        bucket_cap_mb=0.0,
+        module=model,
+    )
+    with pytest.raises(ValueError, match="pass the model whose parameters"):
+        ShardedGradOptimizer(groups, config["optimizer"], module=torch.nn.Linear(2, 2))
+    return {
+        key: [names[bucket.params[0]] for bucket in opt.buckets]
+        for key, opt in (("given", given), ("module", ordered))
+    }
+
+
+def test_module_puts_buckets_in_backward_order_whatever_the_groups():
+    """With ``module`` the buckets follow the model backwards, as DDP's do."""
+    (buckets,) = run_ranks(_bucket_names, 1, args=(CHECK,))
+    model = tiny_lm(CHECK)
+    backward = [
+        n for n, p in reversed(list(model.named_parameters())) if p.requires_grad
+    ]
+    assert buckets["module"] == backward  # one parameter a bucket
+    assert buckets["given"] != backward  # the biases after every matrix
+
+
 def test_bad_bucket_cap_names_the_fix():
     with pytest.raises(ValueError, match="one bucket per parameter"):
         ShardedGradOptimizer(

@@ -31,17 +31,34 @@ TOL = 1e-9  # float64
     hidden=st.integers(1, 40),
     layers=st.integers(1, 3),
     cap_mb=st.sampled_from([0.0, 0.0005, 0.004, 25.0]),
+    rs_mb=st.sampled_from([0.0001, 25.0]),  # ZeRO-1: 104 bytes a call, or one call
     frozen=st.booleans(),
     tied=st.booleans(),
 )
 @example(
-    world=1, vocab=7, dim=3, hidden=5, layers=1, cap_mb=25.0, frozen=True, tied=True
+    world=1,
+    vocab=7,
+    dim=3,
+    hidden=5,
+    layers=1,
+    cap_mb=25.0,
+    rs_mb=25.0,
+    frozen=True,
+    tied=True,
 )  # one rank: no sharding
 @example(
-    world=3, vocab=5, dim=2, hidden=1, layers=2, cap_mb=0.0, frozen=False, tied=True
+    world=3,
+    vocab=5,
+    dim=2,
+    hidden=1,
+    layers=2,
+    cap_mb=0.0,
+    rs_mb=0.0001,
+    frozen=False,
+    tied=True,
 )  # shards of padding only
 def test_all_stages_equal_single_process(
-    world, vocab, dim, hidden, layers, cap_mb, frozen, tied
+    world, vocab, dim, hidden, layers, cap_mb, rs_mb, frozen, tied
 ):
     config = dict(
         CHECK,
@@ -50,6 +67,7 @@ def test_all_stages_equal_single_process(
         hidden=hidden,
         layers=layers,
         bucket_cap_mb=cap_mb,
+        reduce_scatter_mb=rs_mb,
         frozen=frozen,
         tied=tied,
         batch=2 * world,

@@ -292,6 +292,20 @@ def model_for(calibration, cap, contention=True):
     return tl.simulate(calibration["layers"], cap * MB, link, name=name)
 
 
+def median_row(cap, model_s, measured_s):
+    """One cap's row: median modelled and measured step over rounds, median error.
+
+    The error is taken per round, (model - measured) / measured, then the median.
+    """
+    errors = [(m - s) / s for m, s in zip(model_s, measured_s)]
+    return {
+        "cap": cap,
+        "model_s": statistics.median(model_s),
+        "measured_s": statistics.median(measured_s),
+        "error": statistics.median(errors),
+    }
+
+
 def compare(result, contention=True):
     """Per cap, medians over rounds: model step, measured step, relative error.
 
@@ -306,15 +320,7 @@ def compare(result, contention=True):
             for r in result["rounds"]
         ]
         measured_s = [r["measured"][cap].step_s for r in result["rounds"]]
-        errors = [(m - s) / s for m, s in zip(model_s, measured_s)]
-        rows.append(
-            {
-                "cap": cap,
-                "model_s": statistics.median(model_s),
-                "measured_s": statistics.median(measured_s),
-                "error": statistics.median(errors),
-            }
-        )
+        rows.append(median_row(cap, model_s, measured_s))
     best_model = min(rows, key=lambda r: r["model_s"])["cap"]
     best_measured = min(rows, key=lambda r: r["measured_s"])["cap"]
     return rows, best_model, best_measured

@@ -28,7 +28,6 @@ so :func:`mylib.experiments.calibrate.compare` reads it.
 """
 
 import copy
-import statistics
 
 import torch
 import torch.distributed as dist
@@ -41,6 +40,7 @@ from mylib.experiments.calibrate import (
     _gradient_bytes,
     cap_label,
     compare,
+    median_row,
     model_for,
     slowest_rank_layers,
     traced_step,
@@ -189,15 +189,7 @@ def compare_on_own_backward(result):
             )
             model_s.append(model_for(own, cap, contention=False).step_s)
             measured_s.append(step.step_s)
-        errors = [(m - s) / s for m, s in zip(model_s, measured_s)]
-        rows.append(
-            {
-                "cap": cap,
-                "model_s": statistics.median(model_s),
-                "measured_s": statistics.median(measured_s),
-                "error": statistics.median(errors),
-            }
-        )
+        rows.append(median_row(cap, model_s, measured_s))
     return rows
 
 
