@@ -134,10 +134,15 @@ def traced_steps(cap_mb, steps=3):
     tracer = Tracer()
     ddp.tracer = tracer
     x = torch.randn(16, 128, generator=torch.Generator().manual_seed(dist.get_rank()))
-    timelines = [
-        traced_step(ddp, lambda: nn.functional.mse_loss(ddp(x), x), tracer, "measured")
-        for _ in range(steps)
-    ]
+
+    def loss():
+        return nn.functional.mse_loss(ddp(x), x)
+
+    timelines, nbytes = [], []
+    for _ in range(steps):
+        timelines.append(traced_step(ddp, loss, tracer, "measured"))
+        # the buckets this step used: MyDDP rebuilds them before the second forward
+        nbytes.append([b.nbytes for b in ddp.buckets])
     sizes = [p.numel() * p.element_size() for p in model.parameters()][::-1]
     model_buckets = tl.simulate(
         [tl.Layer(str(i), 1e-3, b) for i, b in enumerate(sizes)],
@@ -148,7 +153,7 @@ def traced_steps(cap_mb, steps=3):
     ddp_buckets = [[backward_index[id(q)] for q in b.params] for b in ddp.buckets]
     return {
         "timelines": timelines,
-        "nbytes": [b.nbytes for b in ddp.buckets],
+        "nbytes": nbytes,
         "model_buckets": model_buckets,
         "ddp_buckets": ddp_buckets,
     }
@@ -160,11 +165,11 @@ def test_traced_myddp_steps_on_two_ranks(cap_mb):
         # The model and MyDDP bucket the same parameters the same way (one rule,
         # mylib.models.buckets).
         assert result["model_buckets"] == result["ddp_buckets"]
-        for t in result["timelines"]:
+        for t, nbytes in zip(result["timelines"], result["nbytes"]):
             comm = [s for s in t.spans if s.kind == "allreduce"]
             backward = [s for s in t.spans if s.kind == "backward"]
-            assert [s.bucket for s in comm] == list(range(len(result["nbytes"])))
-            assert [s.nbytes for s in comm] == result["nbytes"]
+            assert [s.bucket for s in comm] == list(range(len(nbytes)))
+            assert [s.nbytes for s in comm] == nbytes
             assert [s.label for s in backward] == [
                 "6",
                 "4",
