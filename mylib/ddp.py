@@ -6,9 +6,10 @@ ranks, so every rank takes the same step and the copies stay identical.
 
 What makes it fast is *when* the averaging happens:
 
-1. Gradients are grouped into buckets in backward order
-   (:mod:`mylib.models.buckets`); after the first step they are rebuilt in the
-   order the gradients really arrived (rank 0's), once, as PyTorch's DDP does.
+1. Gradients are grouped into buckets in backward order; after the first step
+   they are rebuilt in the order the gradients really arrived (rank 0's), once,
+   as PyTorch's DDP does (:mod:`mylib.models.buckets`, which also says where
+   the small first bucket lands before and after, and why, from torch's source).
 2. Each bucket is one flat buffer and ``param.grad`` is a view of its slice
    (PyTorch's ``gradient_as_bucket_view=True``), so a bucket is sent as it is.
    When autograd hands over a fresh ``.grad`` it is copied in: in the first
