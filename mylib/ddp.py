@@ -6,11 +6,15 @@ ranks, so every rank takes the same step and the copies stay identical.
 
 What makes it fast is *when* the averaging happens:
 
-1. Gradients are grouped into buckets in backward order
-   (:mod:`mylib.models.buckets`).
-2. Each parameter's gradient lands in a slice of its bucket's flat buffer
-   (``param.grad`` *is* a view of the buffer, as with PyTorch's
-   ``gradient_as_bucket_view=True``), so a bucket is sent without copying.
+1. Gradients are grouped into buckets in backward order; after the first step
+   they are rebuilt in the order the gradients really arrived (rank 0's), once,
+   as PyTorch's DDP does (:mod:`mylib.models.buckets`, which also says where
+   the small first bucket lands before and after, and why, from torch's source).
+2. Each bucket is one flat buffer and ``param.grad`` is a view of its slice
+   (PyTorch's ``gradient_as_bucket_view=True``), so a bucket is sent as it is.
+   When autograd hands over a fresh ``.grad`` it is copied in: in the first
+   step, and in *every* step after ``zero_grad()``'s default
+   ``set_to_none=True`` (``copied_bytes`` counts the bytes).
 3. A hook fires as soon as autograd has accumulated a parameter's gradient;
    when a bucket is complete its all-reduce is launched asynchronously while
    autograd keeps computing the gradients of earlier layers.
@@ -24,9 +28,11 @@ Usage, on every rank::
     model.finish_gradient_sync()
     optimizer.step()
 
-The class reads in the chapter's order: construction, the gradient hook, the
-launch, the finish, ``no_sync``. The guard rails (misuse that would otherwise
-hang or silently diverge) come after it, under their own heading.
+``tests/test_ddp_like_torch.py`` checks each of these behaviours against
+PyTorch's ``DistributedDataParallel`` (torch 2.13). The class reads in the
+chapter's order: construction, the gradient hook, the launch, the finish,
+``no_sync``. The guard rails (misuse that would otherwise hang or silently
+diverge) and ``find_unused_parameters`` come after it, under their own headings.
 """
 
 import contextlib
@@ -40,7 +46,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from mylib import comm
-from mylib.models.buckets import MB, assign_buckets
+from mylib.models.buckets import MB, assign_buckets, first_iteration_buckets
 
 
 class Bucket:
@@ -103,11 +109,15 @@ class MyDDP(nn.Module):
     """Wrap ``module`` so that its gradients are averaged over all ranks.
 
     ``bucket_cap_mb`` caps a bucket (0 means one bucket per parameter);
-    ``first_bucket_cap_mb`` caps the first one (default: ``min(1, cap)``, as
-    PyTorch, so the first all-reduce starts early). ``broadcast_buffers``
-    copies rank 0's buffers (e.g. BatchNorm statistics) to every rank before
-    each forward. ``find_unused_parameters`` treats a parameter that got no
-    gradient as a zero gradient instead of raising.
+    ``first_bucket_cap_mb`` caps the first one (default: ``min(1, cap)``, so the
+    first all-reduce starts early; PyTorch's DDP uses 1 MB only while its
+    ``bucket_cap_mb`` is None: :mod:`mylib.models.buckets`).
+    ``broadcast_buffers`` copies rank 0's buffers (e.g. BatchNorm statistics)
+    to every rank before each forward. ``find_unused_parameters`` lets a
+    parameter go without a gradient: it is sent at once as a zero from this
+    rank, and if no rank used it its ``.grad`` is left as it was.
+    ``copied_bytes``: the bytes the last step copied from fresh ``.grad``
+    tensors into the buckets.
     """
 
     def __init__(
@@ -131,72 +141,118 @@ class MyDDP(nn.Module):
         # Every replica starts from rank 0's weights.
         self._broadcast_from_rank0(t for _, t in self._params_and_buffers())
 
-        # Buckets in backward order: roughly the reverse of registration order.
-        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-        named = named[::-1]
-        if not named:
+        # The parameters that get gradients, in registration order; hooks and
+        # buckets name each by its index here.
+        self._named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not self._named:
             raise ValueError(
                 "the module has no parameter that requires grad: there is "
                 "nothing to synchronise"
             )
-        groups = assign_buckets(
-            [p.numel() * p.element_size() for _, p in named],
-            int(bucket_cap_mb * MB),
-            None if first_bucket_cap_mb is None else int(first_bucket_cap_mb * MB),
-            keys=[(p.dtype, p.device) for _, p in named],
-        )
-        self.buckets = [
-            Bucket(
-                i,
-                [named[j][1] for j in g],
-                [named[j][0] for j in g],
-                i == len(groups) - 1,
-            )
-            for i, g in enumerate(groups)
-        ]
+        first = None if first_bucket_cap_mb is None else int(first_bucket_cap_mb * MB)
+        self._caps = (int(bucket_cap_mb * MB), first)
+        # Before any backward: buckets in the reverse of registration order.
+        self._make_buckets(first_iteration_buckets, range(len(self._named)))
         # A hook on every parameter: autograd calls it once .grad is complete.
         self._hooks = [
             p.register_post_accumulate_grad_hook(
-                functools.partial(self._on_grad_ready, bucket, slot)
+                functools.partial(self._on_grad_ready, i)
             )
-            for bucket in self.buckets
-            for slot, p in enumerate(bucket.params)
+            for i, (_, p) in enumerate(self._named)
         ]
         self._comm_hook, self._comm_state = allreduce_average_hook, process_group
         self._sync_enabled = True  # False inside no_sync()
         self._local_grads = False  # no_sync() gradients not yet averaged
+        # The order the gradients arrive in the first synchronised backward: the
+        # buckets are rebuilt in it before the next forward, once (not with
+        # find_unused_parameters=True, as PyTorch).
+        self._ready_order = None if find_unused_parameters else []
+        self._rebuild_due = False
+        self.copied_bytes = self._copied = 0
         self._install_guard_rails()
         self._reset_iteration()
+
+    def _make_buckets(self, rule, order):
+        """Buckets by ``rule`` (:mod:`mylib.models.buckets`) over ``order``.
+
+        ``order`` lists parameter indices; ``_where[i]`` is (bucket, slot).
+        Returns False if the buckets are the ones we have.
+        """
+        params = [self._named[i][1] for i in order]
+        sizes = [p.numel() * p.element_size() for p in params]
+        keys = [(p.dtype, p.device) for p in params]
+        groups = [[order[i] for i in g] for g in rule(sizes, *self._caps, keys=keys)]
+        if groups == getattr(self, "_groups", None):
+            return False
+        self._groups, self.buckets = groups, []
+        for b, g in enumerate(groups):
+            names, params = zip(*(self._named[j] for j in g))
+            last = b == len(groups) - 1
+            self.buckets.append(Bucket(b, list(params), list(names), last))
+        self._where = {
+            j: (bucket, slot)
+            for bucket, g in zip(self.buckets, groups)
+            for slot, j in enumerate(g)
+        }
+        return True
+
+    def _rebuild_buckets(self):
+        """Bucket again, in the order the gradients arrived on rank 0 (as PyTorch)."""
+        order = _from_rank0(self._ready_order, self.process_group, self._named[0][1])
+        self._ready_order, self._rebuild_due = None, False
+        if self._make_buckets(assign_buckets, order):
+            with torch.no_grad():  # gradients kept since the last step move in too
+                for j, (bucket, slot) in self._where.items():
+                    p = self._named[j][1]
+                    if p.grad is not None:
+                        p.grad = bucket.views[slot].copy_(p.grad)
 
     # -- the step -----------------------------------------------------------------
     def forward(self, *args, **kwargs):
         self._check_forward()
+        if self._rebuild_due and torch.is_grad_enabled():
+            self._rebuild_buckets()
         if self.broadcast_buffers and self.world_size > 1:
             self._broadcast_from_rank0(self.module.buffers())
-        return self.module(*args, **kwargs)
+        output = self.module(*args, **kwargs)
+        if self.find_unused_parameters and self._sync_enabled:
+            if torch.is_grad_enabled():
+                self._find_unused(output)
+        return output
 
-    def _on_grad_ready(self, bucket, slot, param):
+    def _on_grad_ready(self, index, param):
         """Autograd has accumulated ``param.grad``: file it in its bucket.
 
-        If that completes the bucket, launch the buckets that are ready, in order.
+        Then launch the buckets that are complete, in order.
         """
+        bucket, slot = self._where[index]
         self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
+        self._used.add(index)
         if not self._sync_enabled:
+            # no_sync(): accumulate in the bucket, send nothing
             self._local_grads = True
-            return  # no_sync(): gradients keep accumulating locally
+            self._into_bucket(bucket, slot, param)
+            return
         if not self._backward_seen:
             self._backward_seen, self.allreduces_in_backward = True, 0
-        self._check_one_gradient(bucket, slot)
+            for i in self._unused:
+                self._mark_unused_ready(i)
+        self._check_one_gradient(bucket, slot, index)
+        self._into_bucket(bucket, slot, param)
+        bucket.ready.add(slot)
+        if self._ready_order is not None:
+            self._ready_order.append(index)
+        self._launch_ready_buckets()
+        self.allreduces_in_backward = self._next_bucket
+
+    def _into_bucket(self, bucket, slot, param):
         view = bucket.views[slot]
         if param.grad.data_ptr() != view.data_ptr():
             # First backward, or zero_grad(set_to_none=True): autograd made a
             # fresh tensor. Copy it in and make .grad a view again.
             view.copy_(param.grad)
             param.grad = view
-        bucket.ready.add(slot)
-        if bucket.is_full():
-            self._launch_ready_buckets()
-            self.allreduces_in_backward = self._next_bucket
+            self._copied += comm.nbytes(view)
 
     def _launch_ready_buckets(self):
         # Collectives are matched by order, not by name: every rank must launch
@@ -217,17 +273,20 @@ class MyDDP(nn.Module):
     def finish_gradient_sync(self):
         """Wait for every bucket's all-reduce; then ``p.grad`` is the ranks' average."""
         self._check_finish()
-        for bucket in self.buckets:  # unused parameters contribute a zero gradient
-            for slot, p in enumerate(bucket.params):
-                if slot not in bucket.ready:
-                    bucket.views[slot].zero_()
-                    p.grad = bucket.views[slot]
-                    bucket.ready.add(slot)
+        for i, (bucket, slot) in self._where.items():
+            if slot not in bucket.ready:  # reached by the forward, yet no gradient
+                self._mark_unused_ready(i)
         self._launch_ready_buckets()
+        used = self._used_on_any_rank() if self.find_unused_parameters else ()
         for bucket, future in zip(self.buckets, self._futures):
             reduced = future.wait()
             if reduced.data_ptr() != bucket.flat.data_ptr():  # a hook may return a copy
                 bucket.flat.copy_(reduced)
+        for i in used:  # used somewhere: .grad is the average
+            bucket, slot = self._where[i]
+            self._named[i][1].grad = bucket.views[slot]
+        self.copied_bytes, self._copied = self._copied, 0
+        self._rebuild_due = self._ready_order is not None
         self._reset_iteration()
         self._local_grads = False
         self._trace("sync_done")
@@ -236,7 +295,8 @@ class MyDDP(nn.Module):
     def no_sync(self):
         """Inside this block backward accumulates gradients locally, sending nothing.
 
-        It may be re-entered. The last micro-step's backward runs outside it.
+        They accumulate in the bucket buffers, as in a synchronised step. It may
+        be re-entered. The last micro-step's backward runs outside it.
         """
         self._check_no_sync()
         previous, self._sync_enabled = self._sync_enabled, False
@@ -263,6 +323,10 @@ class MyDDP(nn.Module):
             bucket.ready.clear()
         self._next_bucket, self._futures, self._backward_seen = 0, [], False
         self.allreduces_in_backward = getattr(self, "allreduces_in_backward", 0)
+        # find_unused_parameters: not reached by the forward; given a gradient
+        self._unused, self._used = [], set()
+        if not self._rebuild_due and self._ready_order is not None:
+            self._ready_order.clear()  # a step that failed: record the next one
 
     def _trace(self, event, **fields):
         if self.tracer is not None:
@@ -319,7 +383,14 @@ class MyDDP(nn.Module):
                 "optimizer.step()"
             )
 
-    def _check_one_gradient(self, bucket, slot):
+    def _check_one_gradient(self, bucket, slot, index):
+        if slot in bucket.ready and index in self._unused:
+            raise RuntimeError(
+                f"parameter {bucket.names[slot]!r} got a gradient, but the forward's "
+                "outputs do not depend on it, so find_unused_parameters=True had "
+                "already sent it as unused: compute everything that uses it inside "
+                "the module's forward()"
+            )
         if slot in bucket.ready:
             raise RuntimeError(
                 f"parameter {bucket.names[slot]!r} got a second gradient before "
@@ -393,6 +464,41 @@ class MyDDP(nn.Module):
                     "wrapping it in MyDDP"
                 )
 
+    # -- find_unused_parameters=True: parameters without a gradient (chapter 8) ----
+    def _find_unused(self, output):
+        """As PyTorch, after the forward: what the outputs' graph does not reach.
+
+        Those parameters will get no gradient; the backward's first hook marks
+        them ready, so that no bucket waits for them.
+        """
+        reached = _parameters_reached(output)
+        self._unused = [
+            i for i, (_, p) in enumerate(self._named) if id(p) not in reached
+        ]
+
+    def _mark_unused_ready(self, index):
+        """No gradient this backward: send what ``.grad`` holds (zero if None).
+
+        ``.grad`` itself is set aside, untouched, in case no rank used it.
+        """
+        bucket, slot = self._where[index]
+        param, view = self._named[index][1], bucket.views[slot]
+        if param.grad is None:
+            view.zero_()
+        elif param.grad.data_ptr() == view.data_ptr():
+            param.grad = view.clone()
+        else:
+            view.copy_(param.grad)
+        bucket.ready.add(slot)
+
+    def _used_on_any_rank(self):
+        """The parameters that got a gradient anywhere (PyTorch all-reduces a map)."""
+        used = torch.zeros(len(self._named), dtype=torch.int32)
+        used[sorted(self._used)] = 1
+        used = used.to(self._named[0][1].device)
+        comm.all_reduce(used, group=self.process_group)
+        return used.nonzero().flatten().tolist()
+
 
 def _check_arguments(bucket_cap_mb):
     if not dist.is_initialized():
@@ -432,3 +538,51 @@ def _check_step(model_ref, optimizer, args, kwargs):
         "apart. Run the last micro-step's backward outside no_sync(), call "
         "finish_gradient_sync(), then step"
     )
+
+
+# -- what the autograd graph and rank 0 tell MyDDP ----------------------------------
+
+
+def _parameters_reached(output):
+    """The ids of the tensors whose gradients ``output``'s autograd graph computes.
+
+    The walk PyTorch's reducer makes after each forward with
+    ``find_unused_parameters=True`` (``DistributedDataParallel._post_forward``
+    passes ``_find_tensors(output)`` to ``reducer.prepare_for_backward``): from
+    each output's ``grad_fn`` along ``next_functions``; an ``AccumulateGrad``
+    node holds the parameter it accumulates into.
+    """
+    stack, reached, seen = [], set(), set()
+    for t in _tensors(output):
+        if t.grad_fn is not None:
+            stack.append(t.grad_fn)
+        elif t.requires_grad:  # the output is a parameter itself
+            reached.add(id(t))
+    while stack:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        if hasattr(fn, "variable"):
+            reached.add(id(fn.variable))
+        stack.extend(f for f, _ in fn.next_functions if f is not None)
+    return reached
+
+
+def _tensors(obj):
+    """The tensors in a forward's output: a tensor, or lists, tuples, dicts of them."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _tensors(item)]
+    return []
+
+
+def _from_rank0(values, group, like):
+    """Rank 0's list of ints, on every rank (a one-off control message, not counted)."""
+    t = torch.tensor(values, dtype=torch.int64, device=like.device)
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    dist.broadcast(t, src=src, group=group)
+    return t.tolist()

@@ -18,6 +18,22 @@ produces, so the same code draws both (:mod:`mylib.figures.timeline`)::
 
 :func:`time_layers` measures what the model needs as input: each layer's
 backward compute time, from gradient hooks, with no communication at all.
+
+What the host clock means depends on the device. On the CPU (gloo) a hook runs
+when the gradient exists, and an all-reduce's future completes when the data
+has arrived. On a GPU the host only *issues* work: a hook runs when autograd's
+thread has queued the gradient's kernels, and an NCCL work's future completes
+once the collective is enqueued ("For GPU work, ``fut.done()`` returns true
+only whether the operation has been enqueued": the docstring of
+``torch.distributed.Work.get_future``), so the host spans show when work was
+issued, not when it ran. ``Tracer(device=...)`` with the model's accelerator
+also records a ``torch.Event`` on that device's current stream with every
+event, and ``timeline(clock="device")`` places the events by those: a hook's
+event completes when the work queued before it has run; ``bucket_done``'s is
+recorded in the completion callback, whose current stream waits for the
+collective's kernels (``torch.futures.Future.then``), so an all-reduce span
+runs from its gradients being ready on the device to the collective being
+done. That path has not been run on a GPU: only its arithmetic is tested.
 """
 
 import statistics
@@ -30,16 +46,32 @@ MARKS = ("forward", "backward", "optimizer", "end")
 
 
 class Tracer:
-    """Collects ``(event, t, fields)`` from MyDDP and from :meth:`mark`; thread-safe."""
+    """Collects ``(event, t, fields)`` from MyDDP and from :meth:`mark`; thread-safe.
 
-    def __init__(self):
+    ``device``: where the model runs. On an accelerator (``"cuda"``, ...) every
+    event also records a device event, for ``timeline(clock="device")``.
+    """
+
+    def __init__(self, device=None):
         self.events = []
         # bucket_done arrives from the communication thread
         self._lock = threading.Lock()
+        self.device = _accelerator(device)
+        self._device_events = []  # one per event, on an accelerator
 
     def __call__(self, event, t, **fields):
+        marker = None
+        if self.device is not None:
+            marker = self._new_device_event()
+            marker.record()  # on the device's current stream
         with self._lock:
             self.events.append((event, t, fields))
+            self._device_events.append(marker)
+
+    def _new_device_event(self):
+        import torch
+
+        return torch.Event(device=self.device, enable_timing=True)
 
     def mark(self, event):
         """Record a moment MyDDP does not report.
@@ -54,9 +86,31 @@ class Tracer:
         """Forget every event (call it before each step you want to look at)."""
         with self._lock:
             self.events.clear()
+            self._device_events.clear()
 
-    def _times(self, event):
-        return [t for e, t, _ in self.events if e == event]
+    def _clocked(self, clock):
+        """The events with host times, or with the device's times on its clock."""
+        if clock not in ("host", "device"):
+            raise ValueError(f"clock must be 'host' or 'device', got {clock!r}")
+        with self._lock:
+            events, markers = list(self.events), list(self._device_events)
+        if clock == "host":
+            return events
+        if self.device is None:
+            raise ValueError(
+                "clock='device' needs the device events of Tracer(device=...) with "
+                "the model's accelerator, e.g. Tracer(device='cuda')"
+            )
+        if not events:
+            return events
+        for marker in markers:
+            marker.synchronize()
+        # device times, placed on the host clock at the first event
+        t0, first = events[0][1], markers[0]
+        return [
+            (e, t0 + first.elapsed_time(marker) / 1e3, fields)
+            for (e, _, fields), marker in zip(events, markers)
+        ]
 
     def _wait_for_callbacks(self, timeout_s=2.0):
         # A bucket's completion callback runs on the communication thread just
@@ -71,7 +125,7 @@ class Tracer:
                 return
             time.sleep(0.0005)
 
-    def timeline(self, buckets=None, name="measured"):
+    def timeline(self, buckets=None, name="measured", clock="host"):
         """The recorded step as a Timeline: the model's spans, from real timestamps.
 
         Compute lane: ``forward`` (if marked), one ``backward`` span per
@@ -79,11 +133,12 @@ class Tracer:
         is a module, the parameter name up to its last dot), the wait in
         ``finish_gradient_sync`` (``sync``), the ``optimizer`` (if marked).
         Comm lane: one ``allreduce`` span per bucket, launch to completion.
-        ``buckets`` (``ddp.buckets``) adds each bucket's bytes.
+        ``buckets`` (``ddp.buckets``) adds each bucket's bytes. ``clock``:
+        ``"host"`` (``time.perf_counter()``) or ``"device"`` (see the module's
+        docstring).
         """
         self._wait_for_callbacks()
-        with self._lock:
-            events = sorted(self.events, key=lambda e: e[1])
+        events = sorted(self._clocked(clock), key=lambda e: e[1])
         grads = [(t, f) for e, t, f in events if e == "grad_ready"]
         if not grads:
             raise ValueError(
@@ -131,7 +186,7 @@ class Tracer:
                     ready_s=ready_of_bucket.get(index, launches[index]),
                 )
             )
-        sync = self._times("sync_done")
+        sync = [t for e, t, _ in events if e == "sync_done"]
         if sync and sync[-1] > backward_end:
             spans.append(
                 tl.Span(
@@ -149,6 +204,16 @@ class Tracer:
                 )
             )
         return tl.Timeline(spans, name=name)
+
+
+def _accelerator(device):
+    """``device`` as a ``torch.device`` if it is an accelerator, else None."""
+    if device is None:
+        return None
+    import torch
+
+    device = torch.device(device)
+    return None if device.type == "cpu" else device
 
 
 def time_layers(module, loss_fn, repeats=5, warmup=2, statistic="median"):

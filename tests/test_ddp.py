@@ -49,11 +49,15 @@ def test_frozen_tied_and_buffers(kind, world):
             assert single_diff < TOL
 
 
-def _bucketing_facts(cap_mb):
+def _bucketing_facts(cap_mb, steps=2):
+    """The last of ``steps`` steps: after the first, MyDDP has rebuilt its buckets."""
     model = MyDDP(build("mlp", [32, 32, 32, 32, 32]), bucket_cap_mb=cap_mb)
+    x = torch.randn(4, 32)
+    for _ in range(steps - 1):
+        model(x).sum().backward()
+        model.finish_gradient_sync()
     events = []
     model.tracer = lambda event, t, **fields: events.append((event, fields))
-    x = torch.randn(4, 32)
     model(x).sum().backward()
     launched_before_last_grad = [
         e
@@ -89,8 +93,13 @@ def test_buckets_in_backward_order_launched_during_backward_grads_are_views():
     )  # the first all-reduce started before autograd produced the last gradient
     assert views  # p.grad is a view of its bucket: nothing is copied back
     assert order[0] == "6.bias" and order[-1] == "0.weight"
-    # 5 KB cap: 4 params (8.4 KB) close the first bucket, the other 4 the second.
+    # 5 KB cap, once rebuilt in the order the gradients arrived: 4 params (8.4 KB)
+    # close the first bucket, the other 4 the second.
     assert run_ranks(_bucketing_facts, 2, args=(0.005,))[0][:2] == (2, 2)
+    # The first step's buckets are PyTorch's guess before any backward: the rule
+    # applied in registration order (0.weight, 0.bias, 2.weight fill the first 5 KB),
+    # then reversed, so the last bucket is the full one.
+    assert run_ranks(_bucketing_facts, 2, args=(0.005, 1))[0][:2] == (3, 3)
 
 
 def _no_sync_equivalence(m, cap_mb, per_rank=3):
@@ -167,18 +176,26 @@ def test_misuse_gets_a_clear_error(case, message):
 
 def _unused_allowed():
     model = MyDDP(
-        nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3)),
+        nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3)),
         bucket_cap_mb=0,
         find_unused_parameters=True,
     )
-    model.module[0](torch.ones(2, 3) * (dist.get_rank() + 1)).sum().backward()
+    x = torch.ones(2, 3) * (dist.get_rank() + 1)
+    y = model.module[0](x)
+    if dist.get_rank() == 0:
+        y = model.module[1](y)  # the second layer: used on rank 0 only
+    y.sum().backward()
     model.finish_gradient_sync()
-    return model.module[0].weight.grad.clone(), model.module[1].weight.grad.clone()
+    return [layer.weight.grad for layer in model.module]
 
 
-def test_find_unused_parameters_averages_with_zero():
-    (g0, g1), _ = run_ranks(_unused_allowed, 2)
-    assert torch.allclose(g0, torch.full((3, 3), 3.0)) and torch.count_nonzero(g1) == 0
+def test_find_unused_parameters_averages_with_zero_and_leaves_unused_grads_alone():
+    (a0, b0, c0), (a1, b1, c1) = run_ranks(_unused_allowed, 2)
+    assert torch.equal(a0, a1) and torch.count_nonzero(a0) > 0
+    # used on rank 0 only: rank 1 adds a zero to the average
+    assert torch.equal(b0, b1) and torch.count_nonzero(b0) > 0
+    # used by no rank: .grad stays as it was (None), as in PyTorch's DDP
+    assert c0 is None and c1 is None
 
 
 def _pytorch_hook_runs_unchanged():

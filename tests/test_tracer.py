@@ -53,6 +53,54 @@ def test_timeline_from_synthetic_events():
     assert t.overlap == pytest.approx(0.5 / 0.9)
 
 
+class _FakeDeviceEvent:
+    """Stands in for torch.Event on an accelerator: done at a scripted device time."""
+
+    def __init__(self, times):
+        self.t, self.synced = times.pop(0), False
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        self.synced = True
+
+    def elapsed_time(self, end):  # milliseconds, as torch.Event's
+        assert self.synced and end.synced
+        return (end.t - self.t) * 1e3
+
+
+def test_device_clock_places_events_where_the_device_ran_them():
+    # No GPU here: the arithmetic only, with device events whose times are scripted.
+    # The host issues everything within 0.1 s; the device runs the backward over
+    # 1 s and finishes the all-reduce at 1.5 s (an NCCL future completes at enqueue).
+    host = [0.0, 0.01, 0.02, 0.03, 0.05, 0.1]
+    device = [5.0, 5.5, 6.0, 6.0, 6.5, 6.5]
+    tracer = Tracer(device="cuda")
+    tracer._new_device_event = lambda: _FakeDeviceEvent(device)
+    for (event, fields), t in zip(
+        [
+            ("backward", {}),
+            ("grad_ready", {"name": "0.bias", "bucket": 0}),
+            ("grad_ready", {"name": "0.weight", "bucket": 0}),
+            ("bucket_launch", {"bucket": 0}),
+            ("bucket_done", {"bucket": 0}),
+            ("sync_done", {}),
+        ],
+        host,
+    ):
+        tracer(event, t, **fields)
+    on_host, on_device = tracer.timeline(), tracer.timeline(clock="device")
+    assert on_host.step_s == pytest.approx(0.1)
+    assert on_device.step_s == pytest.approx(1.5)
+    (comm,) = [s for s in on_device.spans if s.kind == "allreduce"]
+    assert (comm.start_s, comm.end_s) == pytest.approx((1.0, 1.5))
+    with pytest.raises(ValueError, match="Tracer\\(device="):
+        Tracer(device="cpu").timeline(clock="device")
+    with pytest.raises(ValueError, match="clock must be"):
+        tracer.timeline(clock="gpu")
+
+
 def test_tracer_errors_name_the_fix():
     with pytest.raises(ValueError, match="ddp.tracer = tracer"):
         Tracer().timeline()
@@ -135,10 +183,15 @@ def traced_steps(cap_mb, steps=3):
     tracer = Tracer()
     ddp.tracer = tracer
     x = torch.randn(16, 128, generator=torch.Generator().manual_seed(dist.get_rank()))
-    timelines = [
-        traced_step(ddp, lambda: nn.functional.mse_loss(ddp(x), x), tracer, "measured")
-        for _ in range(steps)
-    ]
+
+    def loss():
+        return nn.functional.mse_loss(ddp(x), x)
+
+    timelines, nbytes = [], []
+    for _ in range(steps):
+        timelines.append(traced_step(ddp, loss, tracer, "measured"))
+        # the buckets this step used: MyDDP rebuilds them before the second forward
+        nbytes.append([b.nbytes for b in ddp.buckets])
     sizes = [p.numel() * p.element_size() for p in model.parameters()][::-1]
     model_buckets = tl.simulate(
         [tl.Layer(str(i), 1e-3, b) for i, b in enumerate(sizes)],
@@ -149,7 +202,7 @@ def traced_steps(cap_mb, steps=3):
     ddp_buckets = [[backward_index[id(q)] for q in b.params] for b in ddp.buckets]
     return {
         "timelines": timelines,
-        "nbytes": [b.nbytes for b in ddp.buckets],
+        "nbytes": nbytes,
         "model_buckets": model_buckets,
         "ddp_buckets": ddp_buckets,
     }
@@ -161,11 +214,11 @@ def test_traced_myddp_steps_on_two_ranks(cap_mb):
         # The model and MyDDP bucket the same parameters the same way (one rule,
         # mylib.models.buckets).
         assert result["model_buckets"] == result["ddp_buckets"]
-        for t in result["timelines"]:
+        for t, nbytes in zip(result["timelines"], result["nbytes"]):
             comm = [s for s in t.spans if s.kind == "allreduce"]
             backward = [s for s in t.spans if s.kind == "backward"]
-            assert [s.bucket for s in comm] == list(range(len(result["nbytes"])))
-            assert [s.nbytes for s in comm] == result["nbytes"]
+            assert [s.bucket for s in comm] == list(range(len(nbytes)))
+            assert [s.nbytes for s in comm] == nbytes
             assert [s.label for s in backward] == [
                 "6",
                 "4",
