@@ -11,7 +11,7 @@ chapters build it:
 * chapter 5: ``comm_hooks``, ``powersgd``
 * chapter 6: ``zero1``, ``zero2``, ``zero3``
 * chapter 7: ``local_sgd``
-* chapter 8: ``debug``
+* chapter 8: ``debug``, ``ddp_checks`` (what MyDDP refuses, and unused parameters)
 
 Beneath it: ``mylib.models`` (what-if models, standard library only: the
 browser runs them), ``mylib.figures`` (what goes on a page) and
