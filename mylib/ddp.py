@@ -184,7 +184,9 @@ class MyDDP(DDPChecks, nn.Module):
         groups = [[order[i] for i in g] for g in rule(sizes, *self._caps, keys=keys)]
         if groups == getattr(self, "_groups", None):
             return False
-        self._groups, self.buckets = groups, []
+        # Let the old buckets go before making the new ones: both at once would
+        # double the gradient memory for a moment.
+        self._groups, self.buckets, self._where = groups, [], {}
         for b, g in enumerate(groups):
             names, params = zip(*(self._named[j] for j in g))
             last = b == len(groups) - 1

@@ -96,7 +96,7 @@ def test_default_figure_shows_before_python_loads(page):
     pg, problems, requested = page
     figure = pg.locator(".livefig").first
     assert figure.get_attribute("data-state") == "static"
-    assert figure.get_attribute("data-module") == "mylib.figures.ddp"
+    assert figure.get_attribute("data-module") == "mylib.figures.timeline"
     assert pg.locator(".livefig .livefig-figure svg").count() == 1
     defaults = {s.name: s.default for s in SLIDERS}
     assert shown_numbers(pg) == expected_numbers(defaults)
