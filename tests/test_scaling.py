@@ -3,6 +3,7 @@
 Local SGD runs on real gloo groups.
 """
 
+import math
 import random
 import re
 
@@ -12,11 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib import run_ranks
-from mylib.figures.scaling import scaling_figure, scaling_rows
+from mylib.figures.scaling import (
+    SCALING_SLIDERS,
+    parallelism_picture,
+    scaling_figure,
+    scaling_rows,
+)
 from mylib.local_sgd import LocalSGD, bytes_per_step
 from mylib.models.buckets import MB, assign_buckets
 from mylib.models.costmodel import ring_all_reduce_time
 from mylib.models.scaling import (
+    H100_NVLINK_BOTH_WAYS,
+    H100_NVLINK_EACH_WAY,
+    NIC_400G_EACH_WAY,
     STRONG,
     WEAK,
     bucket_bytes,
@@ -25,10 +34,13 @@ from mylib.models.scaling import (
     compute_factor,
     expected_slowest_delay_s,
     harmonic_number,
+    llama_like_layers,
     per_rank_layers,
     ring_limit_s,
+    samples_to_target,
     scaled_step,
     scaling_table,
+    steps_to_target,
     synchronous_step_s,
     transformer_like_layers,
 )
@@ -39,13 +51,23 @@ from mylib.models.timeline import Layer, uniform_layers
 
 def test_worked_numbers_7b():
     grad_bytes = 7e9 * 2  # bf16
-    # 8 ranks on 900 GB/s: 2 (n-1)/n G / beta = 27.2 ms; the many-rank limit 2 G / beta
-    # is 31.1 ms.
-    assert ring_all_reduce_time(grad_bytes, 8, 0.0, 900e9) == pytest.approx(
-        0.0272222, rel=1e-5
+    # The often quoted "31 ms": 2 G / beta with beta = 900 GB/s, NVLink's total over
+    # both directions. With n = 8 the ring's 2 (n-1)/n takes an eighth off (27.2 ms);
+    # a ring's beta is one direction's rate, 450 GB/s: 54.4 ms, 62.2 ms as n grows.
+    assert ring_limit_s(grad_bytes, H100_NVLINK_BOTH_WAYS) == pytest.approx(
+        0.0311111, rel=1e-5
     )
-    assert ring_limit_s(grad_bytes, 900e9) == pytest.approx(0.0311111, rel=1e-5)
+    assert ring_all_reduce_time(
+        grad_bytes, 8, 0.0, H100_NVLINK_BOTH_WAYS
+    ) == pytest.approx(0.0272222, rel=1e-5)
+    t8 = ring_all_reduce_time(grad_bytes, 8, 0.0, H100_NVLINK_EACH_WAY)
+    assert t8 == pytest.approx(0.0544444, rel=1e-5)
+    assert t8 / ring_limit_s(grad_bytes, H100_NVLINK_BOTH_WAYS) == pytest.approx(1.75)
+    assert ring_limit_s(grad_bytes, H100_NVLINK_EACH_WAY) == pytest.approx(
+        0.0622222, rel=1e-5
+    )
     # 64 ranks on 50 GB/s: 0.551 s of ring traffic against 0.8 s of backward.
+    assert NIC_400G_EACH_WAY == 50e9
     assert ring_all_reduce_time(grad_bytes, 64, 0.0, 50e9) == pytest.approx(
         0.55125, rel=1e-9
     )
@@ -57,6 +79,56 @@ def test_worked_numbers_7b():
     # Halve the backward (128 ranks, same global batch): no longer hidden.
     t128 = scaled_step(layers, 128, 0.0, 50e9, 25 * MB)
     assert t128.exposed_comm_s > 0.15
+
+
+def test_nvlink_beta_is_half_the_quoted_total():
+    assert H100_NVLINK_BOTH_WAYS == 900e9
+    assert H100_NVLINK_EACH_WAY == 450e9  # 18 links of 25 GB/s each way
+    # The ring's beta is one direction's: any ring over it takes twice the time the
+    # both-ways total would give.
+    for n in (2, 8, 64):
+        assert ring_all_reduce_time(1e9, n, 0.0, H100_NVLINK_EACH_WAY) == pytest.approx(
+            2 * ring_all_reduce_time(1e9, n, 0.0, H100_NVLINK_BOTH_WAYS)
+        )
+
+
+def test_the_7b_bucket_counts_each_explained():
+    """224, 226, 535 and 560 buckets for "a 7B model": four ways of counting."""
+    grad_bytes, cap = 7e9 * 2, 25 * MB
+    assert MB == 1024 * 1024  # as DDP: bucket_cap_mb * 1024 * 1024
+    # The chapter's 7B: 224 equal tensors of 62.5 MB, each above the cap, each alone.
+    book = transformer_like_layers(grad_bytes, 1.0)
+    sizes = [b for layer in book for b in layer.param_bytes]
+    assert len(sizes) == 224 and min(sizes) > cap
+    assert len(bucket_bytes(book, cap)) == 224
+    # Llama 2 7B's shapes: every matrix alone (32 x 7, embedding, output layer);
+    # the norms ride along with the next matrix.
+    llama = llama_like_layers(1.0)
+    sizes = [b for layer in llama for b in layer.param_bytes]
+    assert sum(1 for b in sizes if b >= cap) == 32 * 7 + 2
+    assert len(bucket_bytes(llama, cap)) == 226
+    # Exercise 12 cuts the bytes into equal buckets, which DDP never does.
+    assert math.ceil(grad_bytes / cap) == 535
+    assert math.ceil(grad_bytes / 25e6) == 560  # the same with decimal megabytes
+
+
+def test_llama_like_layers():
+    layers = llama_like_layers(2.0)
+    n_params = sum(sum(layer.param_bytes) for layer in layers) / 2
+    assert n_params == 6_738_415_616  # Llama 2 7B
+    assert sum(layer.backward_s for layer in layers) == pytest.approx(2.0)
+    assert layers[0].name == "output" and layers[-1].name == "embedding"
+    assert layers[-1].backward_s == 0.0  # a lookup
+    assert [layer.name for layer in layers[1:3]] == ["block31", "block30"]
+    # fp32, a smaller model: the bytes follow the shapes.
+    small = llama_like_layers(
+        1.0, hidden=8, intermediate=16, n_layers=2, vocab=10, bytes_per_number=4
+    )
+    assert sum(sum(layer.param_bytes) for layer in small) == 4 * (
+        2 * 10 * 8 + 2 * (3 * 8 * 16 + 4 * 8 * 8 + 2 * 8) + 8
+    )
+    with pytest.raises(ValueError):
+        llama_like_layers(1.0, n_layers=0)
 
 
 # -- the model ---------------------------------------------------------------
@@ -193,6 +265,79 @@ def test_scaling_figure_runs_in_the_browser():
     } <= set(modules)
 
 
+def test_bandwidth_slider_offers_nvlink_each_way_not_the_both_ways_total():
+    slider = next(s for s in SCALING_SLIDERS if s["name"] == "bandwidth_gb_s")
+    values = [value for _, value in slider["options"]]
+    assert H100_NVLINK_EACH_WAY / 1e9 in values and 900 not in values
+    assert "each way" in slider["label"]
+    assert ("450 GB/s", 450) in slider["options"]
+
+
+def test_parallelism_picture():
+    svg = parallelism_picture()
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg == parallelism_picture()  # deterministic: the stored output stays
+    for text in (
+        "Data parallel",
+        "Tensor parallel",
+        "Pipeline parallel",
+        "tensor parallel inside a node, data parallel across nodes",
+        "NVLink, 450 GB/s each way",
+        "Network, 50 GB/s each way per GPU",
+        "only its 1/4 of them",
+    ):
+        assert text in svg, text
+    assert "only its 1/8 of them" in parallelism_picture(ranks=8, n_layers=8)
+    with pytest.raises(ValueError):
+        parallelism_picture(ranks=4, n_layers=2)
+
+
+def test_parallelism_picture_runs_in_the_browser():
+    browser = pytest.importorskip("mylib.figures.browser")
+    assert {"figures.scaling", "models.scaling", "figures.svg"} <= set(
+        browser.module_closure("mylib.figures.scaling")
+    )
+
+
+# -- the critical batch size -------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.floats(1e-3, 1e6),
+    critical=st.floats(1e-3, 1e6),
+)
+def test_critical_batch_model(batch, critical):
+    """McCandlish et al.: (S/S_min - 1)(E/E_min - 1) = 1, E = B S.
+
+    With B_crit = E_min / S_min.
+    """
+    s, e = steps_to_target(batch, critical), samples_to_target(batch, critical)
+    assert (s - 1) * (e - 1) == pytest.approx(1.0, rel=1e-6)
+    # E = B S, in units of E_min = B_crit S_min.
+    assert e == pytest.approx(batch * s / critical, rel=1e-9)
+    assert s > 1 and e > 1
+
+
+def test_past_the_critical_batch_a_bigger_batch_stops_paying():
+    assert steps_to_target(1, 1) == samples_to_target(1, 1) == 2
+    # Below B_crit doubling the batch nearly halves the steps, for little compute ...
+    assert 1 - steps_to_target(0.25, 1) / steps_to_target(0.125, 1) == pytest.approx(
+        4 / 9
+    )
+    assert samples_to_target(0.25, 1) / samples_to_target(0.125, 1) == pytest.approx(
+        10 / 9
+    )
+    # ... above it, it saves a quarter of the steps at most and costs 1.5x or more.
+    for b in (1, 2, 4, 8, 100):
+        assert 1 - steps_to_target(2 * b, 1) / steps_to_target(b, 1) <= 0.25 + 1e-12
+        assert samples_to_target(2 * b, 1) / samples_to_target(b, 1) >= 1.5 - 1e-12
+    with pytest.raises(ValueError):
+        steps_to_target(0, 1)
+    with pytest.raises(ValueError):
+        samples_to_target(1, -1)
+
+
 # -- stragglers --------------------------------------------------------------
 
 
@@ -210,6 +355,78 @@ def test_expected_slowest_delay_matches_simulation():
         assert sum(draws) / len(draws) == pytest.approx(
             expected_slowest_delay_s(n, 0.02), rel=0.03
         )
+
+
+def test_a_slow_rank_makes_every_rank_slow():
+    """Chapter 7's claim: every rank's step lasts at least the slowest's compute."""
+    from mylib.experiments.scaling_measure import straggler_steps, typical
+
+    results = run_ranks(
+        straggler_steps,
+        3,
+        args=(0.005, [0.0, 0.0, 0.02], 6),
+        show_output=False,
+    )
+    own = [typical(o) for o, _, _ in results]
+    step = [typical(s) for _, s, _ in results]
+    assert max(own[:2]) < own[2] and min(step) > own[2] - 1e-3
+
+
+def test_injected_hiccups_never_fall_with_more_ranks():
+    """Rank r draws the same delays at any rank count: the slowest can only grow."""
+    from mylib.experiments.scaling_measure import slowest_delays, straggler_steps
+
+    injected = {}
+    for n in (1, 2, 3):
+        results = run_ranks(
+            straggler_steps,
+            n,
+            args=(0.001, None, 5, 0.002),
+            show_output=False,
+        )
+        for r, (_, step, delays) in enumerate(results):
+            if r < len(injected.get(n - 1, [])):
+                assert delays == injected[n - 1][r]  # the same draws as before
+            # Steps wait for the slowest delay (1 ms of slack at the barrier).
+            slowest = slowest_delays(results)
+            assert sum(step) / 5 > 0.001 + sum(slowest) / 5 - 1e-3
+        injected[n] = [delays for _, _, delays in results]
+    means = {n: sum(map(max, zip(*d))) / 5 for n, d in injected.items()}
+    assert means[1] <= means[2] <= means[3]
+
+
+# -- the chapter's staleness and local-SGD claims (seeded: the same every run) --
+
+
+def test_staleness_claims():
+    from mylib.experiments.local_sgd_check import staleness_tails
+
+    runs = ((0, 0.1), (3, 0.1), (15, 0.1), (0, 0.02), (15, 0.02))
+    fresh, little, lot, slow_fresh, slow_stale = (
+        staleness_tails(runs)[run] for run in runs
+    )
+    assert fresh < little < 1  # a little staleness costs a little
+    assert not lot < 1  # a lot diverges at a learning rate that was fine
+    assert fresh < slow_fresh < slow_stale < 1  # a smaller rate survives, slower
+    assert slow_fresh - fresh > slow_stale - slow_fresh  # mostly the smaller rate
+
+
+def test_local_sgd_tradeoff_claims():
+    from mylib.experiments.local_sgd_check import local_sgd_tradeoff
+
+    periods = [1, 4, 16, 64]
+    results = run_ranks(
+        local_sgd_tradeoff, 4, args=(periods, 128, [0.0, 1.0]), show_output=False
+    )
+    report = results[0][0]
+    assert all(r[0] == report for r in results)  # every rank ends on the average
+    assert max(r[1] for r in results) < 1e-6 and max(r[2] for r in results) < 1e-6
+    for period in periods:  # bytes fall by H exactly
+        assert report[0.0, period][1] * period == pytest.approx(report[0.0, 1][1])
+    alike = [report[0.0, h][0] for h in periods]
+    differ = [report[1.0, h][0] for h in periods]
+    assert max(alike) - min(alike) < 0.01 * min(alike)
+    assert differ == sorted(differ) and differ[-1] > differ[0]
 
 
 # -- local SGD on real gloo groups -------------------------------------------

@@ -219,3 +219,13 @@ def straggler_steps(
         step_s.append(time.perf_counter() - start)
         delays_s.append(delay)
     return own_s, step_s, delays_s
+
+
+def slowest_delays(results):
+    """Per step, the largest random delay any rank drew: what the step waited for.
+
+    ``results`` are :func:`straggler_steps`' returns, one per rank. Rank ``r``
+    draws from its own seeded generator, the same sequence whatever the rank
+    count, so the slowest of ``n`` ranks is never below the slowest of fewer.
+    """
+    return [max(step) for step in zip(*(delays for _, _, delays in results))]

@@ -23,6 +23,8 @@ from mylib.figures.livefig import choices, settings, steps
 from mylib.figures.svg import PALETTE, Axes, Svg, caption_lines, format_seconds
 from mylib.models.buckets import MB
 from mylib.models.scaling import (
+    H100_NVLINK_EACH_WAY,
+    NIC_400G_EACH_WAY,
     WEAK,
     comm_bound_ranks,
     ring_limit_s,
@@ -264,6 +266,171 @@ def scaling_figure(**values):
     return svg.to_string()
 
 
+# -- where data parallelism sits ----------------------------------------------
+
+_SHADES = ("#08519c", "#3182bd", "#6baed6", "#9ecae1")  # one per rank's data
+
+
+def _gpu(svg, x, y, w, n_layers, rank, ranks, mode, label):
+    """One GPU: a box holding ``n_layers`` layer bars, drawn for ``mode``.
+
+    ``"data"``: every layer whole; ``"tensor"``: every layer faint, this rank's
+    1/``ranks`` slice of each solid; ``"pipeline"``: only this rank's layers.
+    """
+    bar_h, gap = 14, 5
+    height = 22 + n_layers * (bar_h + gap)
+    svg.rect(x, y, w, height, fill="#ffffff", stroke=PALETTE["muted"])
+    svg.text(x + w / 2, y + 14, label, size=10, anchor="middle", fill=PALETTE["muted"])
+    per_stage = max(1, n_layers // ranks)
+    for k in range(n_layers):
+        bx, by, bw = x + 6, y + 20 + k * (bar_h + gap), w - 12
+        title = f"layer {k + 1}"
+        if mode == "data":
+            svg.rect(
+                bx, by, bw, bar_h, fill=PALETTE["compute"], title=f"{title}, whole"
+            )
+        elif mode == "tensor":
+            svg.rect(bx, by, bw, bar_h, fill=PALETTE["compute"], opacity=0.15)
+            svg.rect(
+                bx + rank * bw / ranks,
+                by,
+                bw / ranks,
+                bar_h,
+                fill=PALETTE["compute"],
+                title=f"{title}: this GPU's 1/{ranks} of its matrices",
+            )
+        elif k // per_stage == rank:
+            svg.rect(bx, by, bw, bar_h, fill=PALETTE["compute"], title=f"{title}")
+        else:
+            svg.rect(bx, by, bw, bar_h, fill=PALETTE["grid"], opacity=0.5)
+    return height
+
+
+def parallelism_picture(ranks=4, n_layers=4, nvlink_gb_s=None, network_gb_s=None):
+    """SVG: data, tensor and pipeline parallelism, then data across nodes.
+
+    Top row, ``ranks`` GPUs each way: data parallelism (every GPU holds the
+    whole model and reads its own share of the batch; the gradients are
+    all-reduced once a step), tensor parallelism (every layer's matrices are
+    split across the GPUs, which see the same data and all-reduce activations
+    inside every layer: Megatron-LM's two all-reduces per transformer layer in
+    the forward and two in the backward) and pipeline parallelism (each GPU
+    holds consecutive layers; activations go to the next stage, their
+    gradients come back). Bottom: two nodes of ``ranks`` GPUs, tensor parallel
+    inside each node, data parallel across them: GPU r of one node all-reduces
+    its slice of the gradients with GPU r of the other, over the network.
+    ``nvlink_gb_s`` and ``network_gb_s`` label the two links (each way).
+    """
+    if ranks < 2 or n_layers < ranks:
+        raise ValueError(f"need 2 <= ranks <= n_layers, got {ranks} and {n_layers}")
+    nvlink = H100_NVLINK_EACH_WAY / 1e9 if nvlink_gb_s is None else nvlink_gb_s
+    network = NIC_400G_EACH_WAY / 1e9 if network_gb_s is None else network_gb_s
+    width, panel_w, gpu_gap = 840, 270, 6
+    gpu_w = (panel_w - 20 - (ranks - 1) * gpu_gap) / ranks
+    svg = Svg(
+        width,
+        470,
+        label="data, tensor and pipeline parallelism; data parallel across nodes "
+        "with tensor parallel inside each",
+    )
+    panels = (
+        (
+            "data",
+            "Data parallel",
+            "whole model on every GPU, its own data",
+            "all-reduce the gradients, once a step",
+        ),
+        (
+            "tensor",
+            "Tensor parallel",
+            "every layer split, the same data",
+            "all-reduce activations inside every layer",
+        ),
+        (
+            "pipeline",
+            "Pipeline parallel",
+            "consecutive layers per GPU (a stage)",
+            "activations to the next stage, and back",
+        ),
+    )
+    top = 52
+    for i, (mode, title, what, comm) in enumerate(panels):
+        x0 = 10 + i * (panel_w + 10)
+        svg.text(x0, 18, title, size=13, weight="bold")
+        svg.text(x0, 34, what, size=10, fill=PALETTE["muted"])
+        for r in range(ranks):
+            gx = x0 + 10 + r * (gpu_w + gpu_gap)
+            h = _gpu(svg, gx, top, gpu_w, n_layers, r, ranks, mode, f"GPU {r}")
+            data = {
+                "data": (_SHADES[r % len(_SHADES)], "its own share of the batch"),
+                "tensor": (PALETTE["forward"], "the same input on every GPU"),
+                "pipeline": (
+                    PALETTE["forward"],
+                    "the input, one micro-batch at a time",
+                ),
+            }[mode]
+            if mode != "pipeline" or r == 0:
+                svg.rect(
+                    gx + 6, top + h + 6, gpu_w - 12, 8, fill=data[0], title=data[1]
+                )
+        y = top + h + 30
+        svg.line(
+            x0 + 10 + gpu_w / 2,
+            y,
+            x0 + 10 + (ranks - 1) * (gpu_w + gpu_gap) + gpu_w / 2,
+            y,
+            stroke=PALETTE["comm"],
+            stroke_width=2,
+            stroke_dasharray="5 3" if mode == "pipeline" else None,
+        )
+        svg.text(x0, y + 16, comm, size=10, fill=PALETTE["comm"])
+
+    # Bottom: two nodes, tensor parallel inside, data parallel across.
+    y0 = 250
+    svg.text(
+        10,
+        y0,
+        "Together: tensor parallel inside a node, data parallel across nodes",
+        size=13,
+        weight="bold",
+    )
+    node_w, node_top = 395, y0 + 14
+    for node in range(2):
+        nx = 10 + node * (node_w + 30)
+        svg.rect(nx, node_top, node_w, 148, fill="#f7f7f7", stroke=PALETTE["muted"])
+        svg.text(nx + 8, node_top + 16, f"node {node}", size=11, weight="bold")
+        gw = (node_w - 20 - (ranks - 1) * gpu_gap) / ranks
+        for r in range(ranks):
+            gx = nx + 10 + r * (gw + gpu_gap)
+            _gpu(svg, gx, node_top + 24, gw, n_layers, r, ranks, "tensor", f"GPU {r}")
+        svg.text(
+            nx + 8,
+            node_top + 140,
+            f"NVLink, {nvlink:g} GB/s each way: activations, every layer",
+            size=10,
+            fill=PALETTE["compute"],
+        )
+    across = node_top + 160
+    for r in range(ranks):
+        gw = (node_w - 20 - (ranks - 1) * gpu_gap) / ranks
+        xa = 10 + 10 + r * (gw + gpu_gap) + gw / 2
+        xb = xa + node_w + 30
+        y = across + 6 * r
+        svg.line(xa, node_top + 148, xa, y, stroke=PALETTE["comm"])
+        svg.line(xb, node_top + 148, xb, y, stroke=PALETTE["comm"])
+        svg.line(xa, y, xb, y, stroke=PALETTE["comm"])
+    svg.text(
+        10,
+        across + 6 * ranks + 18,
+        f"Network, {network:g} GB/s each way per GPU: the gradients' all-reduce, "
+        f"once a step; GPU r sends only its 1/{ranks} of them, to GPU r of the "
+        "other nodes",
+        size=10,
+        fill=PALETTE["comm"],
+    )
+    return svg.to_string()
+
+
 # The sliders of chapter 7's LiveFigure(scaling_figure, SCALING_SLIDERS), as
 # dicts of Slider arguments.
 SCALING_SLIDERS = [
@@ -271,7 +438,13 @@ SCALING_SLIDERS = [
     choices("global_batch", "global batch", (256, 512, 1024, 2048, 4096), 1024),
     steps("backward_ms_per_sample", "backward per sample", 5.0, 200.0, 5.0, 50.0, "ms"),
     steps("grad_gb", "gradients", 0.5, 40.0, 0.5, 14.0, "GB"),
-    choices("bandwidth_gb_s", "bandwidth", (10, 25, 50, 100, 200, 400, 900), 50),
+    choices(
+        "bandwidth_gb_s",
+        "bandwidth \u03b2, each way",
+        (10, 25, 50, 100, 200, 450),
+        50,
+        "{:g} GB/s",
+    ),
     steps("alpha_us", "latency \u03b1", 0.0, 50.0, 1.0, 5.0, "\u00b5s"),
     choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25),
 ]

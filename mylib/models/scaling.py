@@ -16,7 +16,10 @@ This module plays that out with :func:`mylib.models.timeline.simulate` (the same
 model, the same bucketing rule as ``MyDDP``): the layers of a model measured or
 assumed on one rank, scaled to each rank count, give the step time, the exposed
 communication, the speed-up and the efficiency (speed-up / n). It also holds the
-arithmetic of stragglers: a synchronous step waits for the slowest rank.
+arithmetic of stragglers (a synchronous step waits for the slowest rank), the
+link rates a ring can use (one direction's, not a vendor's two-way total), the
+shapes of a real 7B model, and how far the global batch pays to grow (the
+critical batch size of McCandlish et al.).
 
 Standard library only: it runs in the reader's browser behind the chapter's
 sliders (:mod:`mylib.figures.scaling`).
@@ -28,6 +31,22 @@ from mylib.models.timeline import Layer, Link, simulate
 
 STRONG = "strong"  # fixed global batch: each rank computes B / n samples
 WEAK = "weak"  # fixed batch per rank: the global batch grows with n
+
+# -- links: a ring's beta is the rate of ONE direction -------------------------
+#
+# In each step of a ring, every rank sends a chunk to its successor while it
+# receives one from its predecessor: beta is what one direction carries.
+# Vendors often quote the sum of both directions.
+
+#: NVIDIA H100 SXM, fourth-generation NVLink: "900 GB/s" per GPU (NVIDIA's H100
+#: datasheet), counted over both directions ("900 GB/s bidirectional per GPU",
+#: NVIDIA's Hopper architecture page): 18 links of 25 GB/s each way.
+H100_NVLINK_BOTH_WAYS = 900e9
+#: What a ring over NVLink can use as beta: half the quoted total.
+H100_NVLINK_EACH_WAY = H100_NVLINK_BOTH_WAYS / 2
+#: One 400 Gb/s network adapter per GPU (NVIDIA ConnectX-7, InfiniBand NDR, as in
+#: a DGX H100), in bytes per second each way: the chapter's "50 GB/s" between nodes.
+NIC_400G_EACH_WAY = 400e9 / 8
 
 
 def compute_factor(ranks, mode=STRONG, cores=None):
@@ -149,7 +168,9 @@ def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_lay
     ``grad_bytes`` in all and ``backward_s`` of backward compute in all, spread
     evenly; 7 tensors a block is a transformer block's query, key, value,
     output and three MLP matrices. For a model you can run, measure instead
-    (:mod:`mylib.tracer`).
+    (:mod:`mylib.tracer`). With the defaults and 14 GB, each tensor holds
+    62.5 MB, more than a 25 MiB bucket cap: DDP's rule gives each its own
+    bucket, 224 in all (:func:`llama_like_layers` has real shapes).
     """
     if n_layers < 1 or tensors_per_layer < 1:
         raise ValueError(
@@ -161,6 +182,43 @@ def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_lay
         Layer(f"block{i}", backward_s / n_layers, [tensor_bytes] * tensors_per_layer)
         for i in reversed(range(n_layers))
     ]
+
+
+def llama_like_layers(
+    backward_s,
+    hidden=4096,
+    intermediate=11008,
+    n_layers=32,
+    vocab=32000,
+    bytes_per_number=2,
+):
+    """A Llama-style decoder's gradients in backward order, as timeline layers.
+
+    The defaults are Llama 2 7B's shapes (the ``config.json`` of Hugging Face's
+    ``meta-llama/Llama-2-7b-hf``: hidden 4096, MLP 11008, 32 layers, vocabulary
+    32000, no biases, an output layer not tied to the embedding), 6.74 B
+    parameters, with bf16 gradients. Gradients become ready in the reverse
+    order of the forward: the output layer and the final norm, then each block
+    from the last (MLP down, up and gate; the norm before it; attention output,
+    value, key, query; the block's first norm), the embedding last.
+    ``backward_s`` is shared by the matrix multiplications in proportion to
+    their parameters; the norms and the embedding (a lookup) get none.
+    """
+    if min(hidden, intermediate, n_layers, vocab, bytes_per_number) < 1:
+        raise ValueError("every shape and bytes_per_number must be >= 1")
+    b, h, m = bytes_per_number, hidden, intermediate
+    norm, output = b * h, b * vocab * h
+    block = [b * h * m] * 3 + [norm] + [b * h * h] * 4 + [norm]
+    block_matmul = b * (3 * h * m + 4 * h * h)
+    per_byte = backward_s / (n_layers * block_matmul + output)
+    return (
+        [Layer("output", per_byte * output, [output, norm])]
+        + [
+            Layer(f"block{i}", per_byte * block_matmul, list(block))
+            for i in reversed(range(n_layers))
+        ]
+        + [Layer("embedding", 0.0, [output])]
+    )
 
 
 def ring_limit_s(grad_bytes, bandwidth):
@@ -249,3 +307,37 @@ def expected_slowest_delay_s(ranks, mean_delay_s):
     if mean_delay_s < 0:
         raise ValueError(f"mean_delay_s must be >= 0, got {mean_delay_s}")
     return mean_delay_s * harmonic_number(ranks)
+
+
+# -- how large a global batch pays: the critical batch size -------------------
+
+
+def steps_to_target(batch, critical_batch):
+    """Optimizer steps to reach a given loss at global batch ``batch``: ``S / S_min``.
+
+    McCandlish et al. (2018) found, across many tasks, that the steps ``S`` and
+    the samples ``E = B S`` needed to reach a given loss trade off as
+    ``(S / S_min - 1)(E / E_min - 1) = 1``; the critical batch size is
+    ``B_crit = E_min / S_min``. Solved for the steps: ``1 + B_crit / B``. Far
+    below ``B_crit``, doubling the batch halves the steps; far above it, the
+    steps stay near ``S_min`` whatever the batch.
+    """
+    _check_batches(batch, critical_batch)
+    return 1.0 + critical_batch / batch
+
+
+def samples_to_target(batch, critical_batch):
+    """Samples (compute) to reach the same loss at batch ``batch``: ``E / E_min``.
+
+    ``1 + B / B_crit`` (see :func:`steps_to_target`): above ``B_crit`` every
+    doubling of the batch nearly doubles the compute spent on the same result.
+    """
+    _check_batches(batch, critical_batch)
+    return 1.0 + batch / critical_batch
+
+
+def _check_batches(batch, critical_batch):
+    if batch <= 0 or critical_batch <= 0:
+        raise ValueError(
+            f"batch and critical_batch must be > 0, got {batch} and {critical_batch}"
+        )
