@@ -184,7 +184,10 @@ class MyDDP(DDPChecks, nn.Module):
         groups = [[order[i] for i in g] for g in rule(sizes, *self._caps, keys=keys)]
         if groups == getattr(self, "_groups", None):
             return False
-        self._groups, self.buckets = groups, []
+        # Drop the old buckets before making the new ones, so that one set is
+        # alive at a time (PyTorch's Reducer::initialize_buckets clears buckets_
+        # first too): a gradient kept since the last step still holds its own.
+        self._groups, self.buckets, self._where = groups, [], {}
         for b, g in enumerate(groups):
             names, params = zip(*(self._named[j] for j in g))
             last = b == len(groups) - 1
