@@ -184,8 +184,9 @@ class MyDDP(DDPChecks, nn.Module):
         groups = [[order[i] for i in g] for g in rule(sizes, *self._caps, keys=keys)]
         if groups == getattr(self, "_groups", None):
             return False
-        # Let the old buckets go before making the new ones: both at once would
-        # double the gradient memory for a moment.
+        # Drop the old buckets before making the new ones, so that one set is
+        # alive at a time (PyTorch's Reducer::initialize_buckets clears buckets_
+        # first too): a gradient kept since the last step still holds its own.
         self._groups, self.buckets, self._where = groups, [], {}
         for b, g in enumerate(groups):
             names, params = zip(*(self._named[j] for j in g))

@@ -137,7 +137,13 @@ class ShardedGradOptimizer(ShardedOptimizer):
             self.reduce_scatters_in_backward = 0
         b, offset, numel = self._place[param]
         with torch.no_grad():
-            self._flat_grad(b)[offset : offset + numel].copy_(param.grad.reshape(-1))
+            # Divide while copying (then the reduce-scatter sums): the mean, in
+            # one pass, as DDP's reducer fills its buckets.
+            torch.div(
+                param.grad.reshape(-1),
+                self.world_size,
+                out=self._flat_grad(b)[offset : offset + numel],
+            )
         # The point of ZeRO-2: a full gradient lives only until it is in its bucket.
         param.grad = None
         self._ready[b].add(param)
@@ -180,8 +186,7 @@ class ShardedGradOptimizer(ShardedOptimizer):
         work.wait()
         del self._flat_grads[b]  # the work held it until now; freed here
         bucket = self.buckets[b]
-        with torch.no_grad():
-            received /= self.world_size
+        with torch.no_grad():  # received is the mean already: divided, then summed
             if getattr(bucket, "grad_shard", None) is None:
                 bucket.grad_shard = received
             else:  # gradient accumulation: backwards before one step

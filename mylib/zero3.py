@@ -331,6 +331,8 @@ class ShardedModel(nn.Module):
         """
         self._wait_in_flight()
         received = torch.empty_like(flat.shard)
+        with torch.no_grad():  # divide, then sum: the mean, as MyDDP does
+            flat.full.grad.div_(dist.get_world_size(self.process_group))
         work = comm.reduce_scatter_tensor(
             received, flat.full.grad, group=self.process_group, async_op=True
         )
@@ -349,9 +351,7 @@ class ShardedModel(nn.Module):
             flat, received, _, work = self._in_flight
             work.wait()
             with torch.no_grad():
-                flat.add_grad_shard(
-                    received.div_(dist.get_world_size(self.process_group))
-                )
+                flat.add_grad_shard(received)  # the mean already
             self._in_flight = None
 
     def _finish_backward(self):

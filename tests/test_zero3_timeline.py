@@ -1,6 +1,8 @@
-"""The ZeRO-3 timeline model and its figure.
+"""The ZeRO timeline models and their figure.
 
-The model all-gathers before each layer's forward and backward.
+ZeRO-3 all-gathers before each layer's forward and backward; ZeRO-2 once,
+after the step (the paper's) or in the forward (FSDP's
+``reshard_after_forward=False``).
 """
 
 import xml.etree.ElementTree as ET
@@ -10,10 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mylib.figures.livefig import LiveFigure, Slider
-from mylib.figures.timeline_zero3 import ZERO3_TIMELINE_SLIDERS, zero3_timeline_figure
+from mylib.figures.timeline_zero3 import (
+    ROWS,
+    ZERO3_TIMELINE_SLIDERS,
+    zero3_timeline_figure,
+)
 from mylib.models import timeline as tl
 from mylib.models.costmodel import ring_all_gather_time
-from mylib.models.timeline_zero3 import zero3_step
+from mylib.models.timeline_zero3 import zero2_step, zero3_step
 
 layer_counts = st.integers(1, 30)
 byte_sizes = st.integers(1_000, 10**9)
@@ -76,6 +82,45 @@ def test_prefetch_hides_all_but_three_transfers_when_the_link_keeps_up(
     assert t.waiting_s == pytest.approx(3 * gather, rel=1e-9, abs=1e-15)
 
 
+@settings(max_examples=100, deadline=None)
+@given(n=layer_counts, nbytes=byte_sizes, backward_s=seconds, link=links)
+def test_zero2_gathers_once_after_the_step_or_in_the_forward(
+    n, nbytes, backward_s, link
+):
+    """Both send what DDP sends. After the step, every gather waits.
+
+    Moved into the forward and prefetched, the step is no longer than ZeRO-3's
+    with prefetch, and no longer than with the gathers after the step when
+    both send as many (one bucket per layer); with many small layers in one
+    bucket, one gather per layer pays the latency more often.
+    """
+    layers = tl.uniform_layers(n, nbytes, backward_s)
+    cap = 25 * 2**20
+    after = zero2_step(layers, link, cap)
+    forward = zero3_step(layers, link, prefetch=True, reshard_after_forward=False)
+    zero3 = zero3_step(layers, link, prefetch=True)
+    n_buckets = sum(s.kind == "reducescatter" for s in after.spans)
+    assert after.n_gathers == n_buckets  # one gather per bucket, after the step
+    assert forward.n_gathers == n  # once per layer, before its forward
+    for t in (after, forward):
+        assert t.compute_s == pytest.approx(1.5 * n * backward_s)
+        sent = [s.nbytes for s in t.spans if s.lane == tl.COMM]
+        assert sum(sent) == 2 * n * nbytes  # reduce-scatter + all-gather: DDP's
+        assert t.peak_gathered_bytes == n * nbytes  # the whole model, whole
+    gather = ring_all_gather_time(nbytes, link.ranks, link.alpha_s, link.bandwidth)
+    # every gather after the step is exposed (they are per bucket here, the
+    # buckets' sizes add up to the model's)
+    gathers = [s for s in after.spans if s.kind == "allgather"]
+    assert min(s.start_s for s in gathers) >= after.backward_end_s
+    assert after.step_s >= after.compute_s + sum(s.duration_s for s in gathers) * (
+        1 - 1e-9
+    )
+    if n_buckets == n:  # as many gathers either way: in the forward, some hide
+        assert forward.step_s <= after.step_s * (1 + 1e-9)
+    assert forward.step_s <= zero3.step_s * (1 + 1e-9)
+    assert forward.waiting_s >= gather * (1 - 1e-9)  # the first gather waits
+
+
 def test_with_no_communication_cost_zero3_is_pure_compute():
     layers = tl.uniform_layers(8, 1.0, 1e-3)
     t = zero3_step(layers, tl.Link(8, 0.0, 1e30), prefetch=False)
@@ -105,17 +150,19 @@ def test_figure_zero3_sends_one_and_a_half_times_ddp_and_prefetch_helps(position
         for s in (Slider(**d) for d in ZERO3_TIMELINE_SLIDERS)
     }
     got = metrics(zero3_timeline_figure(**values))
-    ddp, plain, ahead = "0", "1", "2"  # the figure's rows
+    ddp, after, forward, plain, ahead = map(str, range(len(ROWS)))
     assert got[(plain, "sent_bytes")] / got[(ddp, "sent_bytes")] == pytest.approx(1.5)
     assert got[(ahead, "sent_bytes")] == got[(plain, "sent_bytes")]
     assert got[(ahead, "step_s")] <= got[(plain, "step_s")] * (1 + 1e-9)
-    assert (
-        got[(plain, "whole_bytes")] == 2e6 * values["params_per_layer_m"]
-    )  # one bf16 layer
-    assert (
-        got[(ddp, "whole_bytes")]
-        == 2e6 * values["params_per_layer_m"] * values["n_layers"]
-    )  # all of it
+    model_bytes = 2e6 * values["params_per_layer_m"] * values["n_layers"]
+    assert got[(plain, "whole_bytes")] == 2e6 * values["params_per_layer_m"]
+    for row in (ddp, after, forward):  # the whole model, whole
+        assert got[(row, "whole_bytes")] == model_bytes
+    for row in (after, forward):  # ZeRO-2 sends what DDP sends
+        assert got[(row, "sent_bytes")] == pytest.approx(got[(ddp, "sent_bytes")])
+    # the gather after the step waits, all of it; in the forward it can hide
+    assert got[(after, "step_s")] >= got[(ddp, "step_s")] * (1 - 1e-9)
+    assert got[(forward, "step_s")] <= got[(ahead, "step_s")] * (1 + 1e-9)
 
 
 def test_the_figure_can_run_in_the_browser():

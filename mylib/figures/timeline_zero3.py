@@ -1,8 +1,8 @@
-"""Chapter 6's timeline figure: one step of DDP and of ZeRO-3 without and with prefetch.
+"""Chapter 6's timeline figure: one step of DDP, of ZeRO-2 two ways, and of ZeRO-3.
 
 :func:`zero3_timeline_figure` is the render function of the chapter's
-:class:`mylib.figures.livefig.LiveFigure`. Three rows share one time axis,
-each a compute lane and a comm lane; the compute lane's idle stretches
+:class:`mylib.figures.livefig.LiveFigure`. Five rows (:data:`ROWS`) share one
+time axis, each a compute lane and a comm lane; the compute lane's idle stretches
 (waiting for a gather) are shaded red, and each row prints its numbers: step
 time, time waiting for communication, bytes each rank sends, and the most
 parameter bytes whole at once. Each number also sits in the SVG as
@@ -21,9 +21,18 @@ from mylib.figures.timeline import (
     swatch,
 )
 from mylib.models import timeline as tl
-from mylib.models.timeline_zero3 import zero3_step
+from mylib.models.timeline_zero3 import zero2_step, zero3_step
 
 ROW_H, LEFT, PANEL_W = 62, 78, 214
+DDP_CAP = 25 * 2**20  # DDP's and ZeRO-2's buckets
+# The rows, top to bottom: each one's name, as drawn.
+ROWS = (
+    "DDP (25 MB buckets)",
+    "ZeRO-2: reduce-scatter in the backward, all-gather after the step",
+    "ZeRO-2 traffic, gathered in the forward (reshard_after_forward=False)",
+    "ZeRO-3, no prefetch",
+    "ZeRO-3, prefetch",
+)
 FILLS = {
     "forward": PALETTE["forward"],
     "backward": PALETTE["compute"],
@@ -85,29 +94,37 @@ def zero3_timeline_figure(
     backward_ms_per_layer=10.0,
     ranks=8,
 ):
-    """SVG: a DDP step and a ZeRO-3 step with and without prefetch.
+    """SVG: one step of each of :data:`ROWS`.
 
-    The layers are in bf16, ``params_per_layer_m`` M parameters each. Forward
-    takes half the backward; DDP uses 25 MB buckets; latency is 20 us per
-    message; bandwidth in GB/s (10^9 bytes/s).
+    DDP; the paper's ZeRO-2 (:func:`mylib.models.timeline_zero3.zero2_step`);
+    ZeRO-2's traffic with the gather moved into the forward, prefetched
+    (FSDP2's ``reshard_after_forward=False``); ZeRO-3 without and with
+    prefetch. The layers are in bf16, ``params_per_layer_m`` M parameters
+    each. Forward takes half the backward; DDP and ZeRO-2 use 25 MB buckets;
+    latency is 20 us per message; bandwidth in GB/s (10^9 bytes/s).
     """
     layer_bytes = 2 * params_per_layer_m * 1e6  # bf16 parameters, bf16 gradients
     layers = tl.uniform_layers(n_layers, layer_bytes, backward_ms_per_layer * 1e-3)
     link = tl.Link(ranks, 20e-6, bandwidth_gb_s * 1e9)
     forward_s = 0.5 * backward_ms_per_layer * 1e-3 * n_layers
     rows = [
-        tl.simulate(
-            layers, 25 * 2**20, link, forward_s=forward_s, name="DDP (25 MB buckets)"
+        tl.simulate(layers, DDP_CAP, link, forward_s=forward_s, name=ROWS[0]),
+        zero2_step(layers, link, DDP_CAP, name=ROWS[1]),
+        zero3_step(
+            layers, link, prefetch=True, reshard_after_forward=False, name=ROWS[2]
         ),
-        zero3_step(layers, link, prefetch=False),
-        zero3_step(layers, link, prefetch=True),
+        zero3_step(layers, link, prefetch=False, name=ROWS[3]),
+        zero3_step(layers, link, prefetch=True, name=ROWS[4]),
     ]
     width, top = 900, 26
     height = top + len(rows) * ROW_H + 58
     t_max = max(r.step_s for r in rows)
     plot_w = width - LEFT - PANEL_W
     fig = Svg(
-        width, height, label="one step of DDP and of ZeRO-3 without and with prefetch"
+        width,
+        height,
+        label="one step of DDP, of ZeRO-2 with its gather after the step or "
+        "in the forward, and of ZeRO-3 without and with prefetch",
     )
     fig.text(
         LEFT,

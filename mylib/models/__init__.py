@@ -14,6 +14,6 @@ same name (``models/timeline.py`` is drawn by ``figures/timeline.py``).
 * ``timeline_accum``: an optimizer step of m micro-steps (4)
 * ``timeline_compress``: fewer bytes on the wire (5)
 * ``memory``: bytes per rank under DDP and ZeRO (6)
-* ``timeline_zero3``: a ZeRO-3 step with its all-gathers (6)
+* ``timeline_zero3``: ZeRO-2 and ZeRO-3 steps with their all-gathers (6)
 * ``scaling``: what the n-th rank buys (7)
 """

@@ -20,12 +20,19 @@ ZeRO-2     2 psi                   2 psi / N              K psi / N
 ZeRO-3     2 psi / N               2 psi / N              K psi / N
 =========  ======================  =====================  =========================
 
+``psi`` is always the number of parameters; bytes carry their factor (2 psi
+bytes: psi parameters in bf16).
+
 Communication per step, with the ring algorithms (each collective moves
 (N-1)/N of its buffer through every rank): DDP all-reduces the gradients
-(2 psi elements); ZeRO-1 and ZeRO-2 reduce-scatter the gradients and
-all-gather the updated parameters (psi + psi); ZeRO-3 all-gathers the
-parameters twice, once for the forward and once for the backward, and
-reduce-scatters the gradients (3 psi): 1.5 times DDP.
+(2 psi elements, 4 psi bytes in bf16); ZeRO-1 and ZeRO-2 reduce-scatter the
+gradients and all-gather the updated parameters (psi + psi elements); ZeRO-3
+all-gathers the parameters twice, once for the forward and once for the
+backward, and reduce-scatters the gradients (3 psi elements): 1.5 times DDP
+when gathers and reductions use the same dtype. :data:`RECIPES` and
+:func:`traffic_ratio` say what PyTorch's mixed-precision setups keep and send
+in bytes, where the dtypes differ; :func:`fsdp_comm_per_step` splits FSDP2's
+traffic by group, for hybrid sharding (HSDP) and ``reshard_after_forward=<int>``.
 
 Only the standard library is used, so the chapter's memory calculator runs
 this very file in the reader's browser (Pyodide).
@@ -200,3 +207,171 @@ def min_ranks_to_fit(
     ):
         n += 1  # the division may land one short by rounding
     return n
+
+
+# -- what real setups keep and send ----------------------------------------------
+# The paper counts 16-bit parameters and gradients and a 12-byte optimizer
+# state. PyTorch's DDP under autocast and FSDP2 with a MixedPrecisionPolicy
+# keep other dtypes (chapter 6 names the torch source for each).
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a setup keeps and sends its model state, in bytes per parameter.
+
+    ``stage`` as for :func:`memory_per_rank` (0 = DDP, 3 = fully sharded);
+    ``params``, ``grads`` and ``optimizer`` are the bytes per parameter kept
+    (divided by N where the stage shards them); ``reduce`` the bytes per
+    element of the gradient reduction (all-reduce or reduce-scatter),
+    ``gather`` those of the parameter all-gather (0 for DDP).
+    """
+
+    name: str
+    stage: int
+    params: float
+    grads: float
+    optimizer: float
+    reduce: float
+    gather: float = 0.0
+
+    def memory(self, num_params, world_size):
+        """The :class:`MemoryPerRank` this setup keeps."""
+        return memory_per_rank(
+            num_params,
+            world_size,
+            self.stage,
+            k=self.optimizer,
+            param_bytes=self.params,
+            grad_bytes=self.grads,
+        )
+
+    def comm(self, num_params, world_size):
+        """Bytes one rank sends per step, by collective (:func:`comm_per_step`)."""
+        return comm_per_step(
+            num_params,
+            world_size,
+            self.stage,
+            param_bytes=self.gather,
+            grad_bytes=self.reduce,
+        )
+
+    def sent_per_param(self):
+        """Bytes sent per parameter per step for large N (the ring's (N-1)/N -> 1)."""
+        gathers = {0: 0, 1: 1, 2: 1, 3: 2}[self.stage]
+        reduces = 2 if self.stage == 0 else 1  # an all-reduce is two halves
+        return reduces * self.reduce + gathers * self.gather
+
+
+RECIPES = {
+    "paper DDP": Recipe("DDP, as the ZeRO paper counts", 0, 2, 2, 12, reduce=2),
+    "paper ZeRO-3": Recipe(
+        "ZeRO-3, as the ZeRO paper counts", 3, 2, 2, 12, reduce=2, gather=2
+    ),
+    # fp32 parameters; autocast casts them to bf16 op by op. Their gradients
+    # are fp32, in .grad and again in DDP's fp32 buckets (two copies unless
+    # gradient_as_bucket_view=True); Adam's two fp32 moments.
+    "DDP + autocast": Recipe("DDP under autocast(bfloat16)", 0, 4, 8, 8, reduce=4),
+    "DDP + autocast, bucket view": Recipe(
+        "the same, gradient_as_bucket_view=True", 0, 4, 4, 8, reduce=4
+    ),
+    "DDP + autocast, bf16 hook": Recipe(
+        "the same, bf16_compress_hook", 0, 4, 8, 8, reduce=2
+    ),
+    # fp32 sharded parameters (the master copy), all-gathered in bf16;
+    # gradients reduced in reduce_dtype, kept sharded in fp32.
+    "FSDP2 bf16, reduce fp32": Recipe(
+        "FSDP2, MixedPrecisionPolicy(bfloat16, reduce_dtype=float32)",
+        3,
+        4,
+        4,
+        8,
+        reduce=4,
+        gather=2,
+    ),
+    "FSDP2 bf16": Recipe(
+        "FSDP2, MixedPrecisionPolicy(bfloat16)", 3, 4, 4, 8, reduce=2, gather=2
+    ),
+}
+"""Setups the chapter compares, by name."""
+
+
+def traffic_ratio(recipe, baseline, world_size=None):
+    """Bytes ``recipe`` sends per step over the bytes ``baseline`` sends.
+
+    Both are :class:`Recipe` (or names in :data:`RECIPES`), on ``world_size``
+    ranks (None: the large-N limit; on equal N the ring factor cancels).
+    """
+    recipe, baseline = (RECIPES.get(r, r) for r in (recipe, baseline))
+    if world_size is None:
+        return recipe.sent_per_param() / baseline.sent_per_param()
+    return sum(recipe.comm(1.0, world_size).values()) / sum(
+        baseline.comm(1.0, world_size).values()
+    )
+
+
+def fsdp_comm_per_step(
+    num_params,
+    shard_size,
+    *,
+    replicas=1,
+    reshard_to=None,
+    gather_bytes=2,
+    reduce_bytes=4,
+):
+    """Bytes one rank sends per step under FSDP2, with the group each goes over.
+
+    Parameters are sharded over ``shard_size`` ranks, replicated ``replicas``
+    times (HSDP when > 1: a 2-D mesh). ``reshard_to`` is FSDP2's
+    ``reshard_after_forward``: None for True (the backward gathers over the
+    shard group again), 1 for False (no gather in the backward), or a divisor
+    k of ``shard_size`` (the backward gathers over k ranks only: ZeRO++'s
+    hpZ). Returns ``{collective: (ranks in its group, bytes sent)}``; under
+    HSDP the all-reduce carries only this rank's shard of the gradient.
+    """
+    _check(num_params, shard_size, 0)
+    back = shard_size if reshard_to is None else reshard_to
+    if (
+        not isinstance(back, int)
+        or back < 1
+        or shard_size % back
+        or not isinstance(replicas, int)
+        or replicas < 1
+    ):
+        raise ValueError(
+            "reshard_to must divide shard_size and replicas must be a positive "
+            f"int, got reshard_to={reshard_to!r}, shard_size={shard_size}, "
+            f"replicas={replicas!r}"
+        )
+
+    def ring(n):
+        return (n - 1) / n
+
+    out = {
+        "forward all-gather": (
+            shard_size,
+            ring(shard_size) * num_params * gather_bytes,
+        ),
+        "backward all-gather": (back, ring(back) * num_params * gather_bytes),
+        "reduce-scatter": (shard_size, ring(shard_size) * num_params * reduce_bytes),
+    }
+    if replicas > 1:
+        shard = num_params / shard_size
+        out["all-reduce"] = (replicas, 2 * ring(replicas) * shard * reduce_bytes)
+    return out
+
+
+def fsdp_params_after_forward(num_params, shard_size, reshard_to=None, gather_bytes=2):
+    """Parameter bytes one rank keeps between a unit's forward and its backward.
+
+    Beyond the sharded fp32 parameters it always keeps, summed over units
+    (all of them at the end of the forward): 0 with FSDP2's
+    ``reshard_after_forward=True`` (``reshard_to=None``), the whole model in
+    ``gather_bytes`` with False (1), its 1/k with an int k.
+    """
+    if reshard_to is None:
+        return 0.0
+    if not isinstance(reshard_to, int) or reshard_to < 1 or shard_size % reshard_to:
+        raise ValueError(
+            f"reshard_to must divide shard_size ({shard_size}), got {reshard_to!r}"
+        )
+    return num_params * gather_bytes / reshard_to

@@ -1,4 +1,4 @@
-"""A ZeRO-3 step's timeline: an all-gather before each layer's forward and backward.
+"""ZeRO's step in time: where the all-gathers go, and what waits for them.
 
 Chapter 3's model (:mod:`mylib.models.timeline`) plays out a DDP step: compute
 on one lane, bucketed all-reduces on the link. Under ZeRO-3 the link carries
@@ -17,11 +17,26 @@ layers are whole at a time. The link is one FIFO queue, as in chapter 3, with
 the ring costs of :mod:`mylib.models.costmodel`: a reduce-scatter or an
 all-gather costs ``(n-1)(alpha + b / (n beta))``, half an all-reduce.
 
+ZeRO-1 and ZeRO-2 send what DDP sends, yet their step is not DDP's. Two
+ways to place their one all-gather:
+
+* :func:`zero2_step`, the paper's ZeRO-2 (DeepSpeed stage 2, mylib's
+  ``ShardedGradOptimizer``): the gradients are reduce-scattered bucket by
+  bucket during the backward, as DDP's all-reduces are, but the parameters
+  are all-gathered *after* the optimizer step, and nothing computes while
+  they travel: the next forward needs them.
+* :func:`zero3_step` with ``reshard_after_forward=False`` (FSDP's
+  ``SHARD_GRAD_OP``, FSDP2's ``reshard_after_forward=False``): each unit is
+  gathered before its forward, as in ZeRO-3, and kept whole until its
+  backward is done; the backward gathers nothing. The one gather moved into
+  the forward, unit by unit, where prefetching hides it behind compute.
+
 Standard library only: the chapter's slider figure runs this file in the
 reader's browser (Pyodide).
 """
 
 from mylib.models import timeline as tl
+from mylib.models.buckets import assign_buckets
 from mylib.models.costmodel import ring_all_gather_time, ring_reduce_scatter_time
 
 COMPUTE, COMM = tl.COMPUTE, tl.COMM
@@ -57,7 +72,14 @@ class Zero3Timeline:
 
 
 def zero3_step(
-    layers, link, *, prefetch, forward_ratio=0.5, optimizer_s=0.0, name=None
+    layers,
+    link,
+    *,
+    prefetch,
+    reshard_after_forward=True,
+    forward_ratio=0.5,
+    optimizer_s=0.0,
+    name=None,
 ):
     """The timeline of a ZeRO-3 step over ``layers``.
 
@@ -65,7 +87,9 @@ def zero3_step(
     A layer's ``param_bytes`` are both what is gathered and what is
     reduce-scattered (same dtype); its forward takes ``forward_ratio`` times
     its backward. ``optimizer_s`` is the (sharded) optimizer step, after the
-    last reduce-scatter.
+    last reduce-scatter. ``reshard_after_forward=False`` keeps each layer
+    whole from its forward to the end of its backward, which then gathers
+    nothing (FSDP2's ``reshard_after_forward=False``, ZeRO-2's traffic).
     """
     layers = list(reversed(tl._check(layers)))  # forward order
     n, alpha, bw = link.ranks, link.alpha_s, link.bandwidth
@@ -105,14 +129,17 @@ def zero3_step(
         if prefetch and i + 1 < len(layers):
             gather(i + 1, begin)
         t = compute("forward", begin, layer.backward_s * forward_ratio, layer.name)
-        whole.append((gathers[i][0], t, layer.nbytes))
-    # Backward, last layer first: gather again, compute, reduce-scatter the gradient.
-    gathers, last_reduce = {}, t
+        if reshard_after_forward:
+            whole.append((gathers[i][0], t, layer.nbytes))
+    # Backward, last layer first: gather again (unless kept whole), compute,
+    # reduce-scatter the gradient.
+    kept = {} if reshard_after_forward else gathers
+    gathers, last_reduce = dict(kept), t
     for i in reversed(range(len(layers))):
         if i not in gathers:
             gather(i, t)
         begin = max(t, gathers[i][1])
-        if prefetch and i > 0:
+        if prefetch and i > 0 and i - 1 not in gathers:
             gather(i - 1, begin)
         t = compute("backward", begin, layers[i].backward_s, layers[i].name)
         whole.append((gathers[i][0], t, layers[i].nbytes))
@@ -128,7 +155,71 @@ def zero3_step(
     peak = _peak(whole)
     if name is None:
         name = "ZeRO-3, prefetch" if prefetch else "ZeRO-3, no prefetch"
+        if not reshard_after_forward:
+            name = "ZeRO-2 traffic, gathered in the forward"
     return Zero3Timeline(spans, name, peak)
+
+
+def zero2_step(
+    layers, link, cap_bytes, *, forward_ratio=0.5, optimizer_s=0.0, name=None
+):
+    """The timeline of the paper's ZeRO-2 step: the all-gather after the update.
+
+    The parameters are whole through the forward and the backward. The
+    gradients go in buckets of ``cap_bytes`` (the rule of
+    :func:`mylib.models.buckets.assign_buckets`, as DDP's), each
+    reduce-scattered once its gradients are ready and the link is free, as
+    DDP's all-reduces are. After the last one, the (sharded) optimizer step,
+    then an all-gather of each bucket's parameters, one after another; the
+    step ends when the last one arrives, since the next forward needs them.
+    ``layers`` as for :func:`zero3_step`.
+    """
+    layers = tl._check(layers)  # backward order
+    n, alpha, bw = link.ranks, link.alpha_s, link.bandwidth
+    sizes = [b for layer in layers for b in layer.param_bytes]
+    buckets = assign_buckets(sizes, cap_bytes)
+    bucket_bytes = [sum(sizes[i] for i in bucket) for bucket in buckets]
+    last_param = {bucket[-1]: k for k, bucket in enumerate(buckets)}
+    spans, link_free = [], 0.0
+
+    def on_link(kind, ready, k, cost):
+        nonlocal link_free
+        start = max(ready, link_free)
+        link_free = start + cost(bucket_bytes[k], n, alpha, bw)
+        label = f"{'gather' if kind == 'allgather' else 'reduce-scatter'} b{k}"
+        spans.append(
+            tl.Span(
+                COMM,
+                kind,
+                start,
+                link_free,
+                label,
+                bucket=k,
+                nbytes=bucket_bytes[k],
+                ready_s=ready,
+            )
+        )
+
+    t = 0.0
+    for layer in reversed(layers):  # forward order
+        start, t = t, t + layer.backward_s * forward_ratio
+        spans.append(tl.Span(COMPUTE, "forward", start, t, layer.name))
+    param = 0
+    for layer in layers:
+        start, t = t, t + layer.backward_s
+        spans.append(tl.Span(COMPUTE, "backward", start, t, layer.name))
+        for _ in layer.param_bytes:  # every gradient of the layer is ready
+            if param in last_param:  # ... and with it, a whole bucket
+                on_link("reducescatter", t, last_param[param], ring_reduce_scatter_time)
+            param += 1
+    t = max(t, link_free)
+    if optimizer_s > 0:
+        spans.append(tl.Span(COMPUTE, "optimizer", t, t + optimizer_s, "optimizer"))
+        t += optimizer_s
+    for k in range(len(buckets)):
+        on_link("allgather", t, k, ring_all_gather_time)
+    peak = sum(sizes)  # every parameter is whole all the time
+    return Zero3Timeline(spans, name or "ZeRO-2, gathered after the step", peak)
 
 
 def _peak(whole):
