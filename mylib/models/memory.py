@@ -236,24 +236,13 @@ class Recipe:
 
     def memory(self, num_params, world_size):
         """The :class:`MemoryPerRank` this setup keeps."""
-        return memory_per_rank(
-            num_params,
-            world_size,
-            self.stage,
-            k=self.optimizer,
-            param_bytes=self.params,
-            grad_bytes=self.grads,
-        )
+        kept = dict(k=self.optimizer, param_bytes=self.params, grad_bytes=self.grads)
+        return memory_per_rank(num_params, world_size, self.stage, **kept)
 
     def comm(self, num_params, world_size):
         """Bytes one rank sends per step, by collective (:func:`comm_per_step`)."""
-        return comm_per_step(
-            num_params,
-            world_size,
-            self.stage,
-            param_bytes=self.gather,
-            grad_bytes=self.reduce,
-        )
+        sent = dict(param_bytes=self.gather, grad_bytes=self.reduce)
+        return comm_per_step(num_params, world_size, self.stage, **sent)
 
     def sent_per_param(self):
         """Bytes sent per parameter per step for large N (the ring's (N-1)/N -> 1)."""
