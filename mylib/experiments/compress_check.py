@@ -187,6 +187,24 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
     return out
 
 
+def ddp_refuses_bf16_hook_by_name(sizes=(4, 3)):
+    """On every rank: what PyTorch's DDP says to ``default_hooks.bf16_compress_hook``.
+
+    ``DistributedDataParallel.register_comm_hook`` refuses a hook *named*
+    ``bf16_compress_hook`` unless CUDA with NCCL 2.10 or later (or XPU with
+    XCCL) is there, whatever the process group. Returns the refusal's
+    message, or None if the hook was accepted.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ddp = nn.parallel.DistributedDataParallel(mlp(sizes, seed=0))
+    try:
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    except TypeError as refusal:
+        return str(refusal)
+    return None
+
+
 def through_each_hook(scale):
     """On every rank: a gradient through the fp32, fp16 and bf16 hooks, one number each.
 
