@@ -227,28 +227,33 @@ def through_each_hook(scale):
     return out
 
 
-def error_feedback_ledger(steps=8, rank=1):
+def error_feedback_ledger(steps=8, rank=1, start=2):
     """On every rank: PowerSGD with error feedback loses nothing, it only delays.
 
-    Each step the hook sends ``g_t + e_{t-1}`` (this rank's gradient plus the
-    error it kept) and everyone receives the same approximation ``A_t``;
-    the rank keeps ``e_t = g_t + e_{t-1} - A_t``. Summed over steps this
-    telescopes: ``sum A_t = sum g_t - e_T`` on every rank. Returns the largest
-    gap between the two sides and the largest summed gradient (the scale).
+    Each compressed step the hook sends ``g_t + e_{t-1}`` (this rank's
+    gradient plus the error it kept) and everyone receives the same
+    approximation ``A_t``; the rank keeps ``e_t = g_t + e_{t-1} - A_t``. Summed
+    over the ``steps`` compressed steps this telescopes: ``sum A_t = sum g_t -
+    e_T`` on every rank. They follow ``start`` plain steps, during which the
+    buckets are rebuilt (as PyTorch, PowerSGD keeps its error per bucket, so it
+    starts after that). Returns the largest gap between the two sides and the
+    largest summed gradient (the scale).
     """
     torch.manual_seed(0)
     model = MyDDP(nn.Linear(16, 12))
-    state = PowerSGDState(None, rank, start_powerSGD_iter=0)
+    state = PowerSGDState(None, rank, start_powerSGD_iter=start)
     model.register_comm_hook(state, powersgd_hook)
     local = nn.Linear(16, 12)  # this rank's own gradient, for the ledger
     g = torch.Generator().manual_seed(dist.get_rank())
     applied = own = 0
-    for _ in range(steps):
+    for step in range(start + steps):
         x = torch.randn(4, 16, generator=g)
         for p in [*model.parameters(), *local.parameters()]:
             p.grad = None
         model(x).pow(2).sum().backward()
         model.finish_gradient_sync()
+        if step < start:  # plain all-reduce: no error kept, nothing to account
+            continue
         local.load_state_dict(model.module.state_dict())
         local(x).pow(2).sum().backward()
         # the bucket holds bias, then weight (backward order)
