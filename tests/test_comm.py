@@ -195,3 +195,31 @@ def test_written_bytes_need_linux():
             commbench.bytes_written()
     with pytest.raises(RankError, match="divisible"):
         run_ranks(commbench.gloo_wire_bytes, 2, args=(3,), show_output=False)
+
+
+# -- chapter 1's "In practice", checked against the installed PyTorch
+# -------------------------------------------------------------------
+
+
+def test_ddp_buckets_are_25_mib_by_default():
+    from torch.nn.parallel import distributed
+
+    assert distributed._DEFAULT_BUCKET_CAP_MB == 25
+    assert distributed._MB_TO_BYTES == 2**20  # "MB" in bucket_cap_mb is MiB
+
+
+def test_detail_debug_wraps_the_group_to_compare_calls():
+    import inspect
+
+    c10d = dist.distributed_c10d
+    source = inspect.getsource(c10d)
+    wrapped = source.index("backend_class = _create_process_group_wrapper(")
+    assert "DebugLevel.DETAIL" in source[wrapped - 800 : wrapped]
+    assert "_ProcessGroupWrapper(" in inspect.getsource(
+        c10d._create_process_group_wrapper
+    )
+
+
+def test_work_wait_on_nccl_blocks_the_stream_not_the_cpu():
+    doc = dist.Work.wait.__doc__ or ""
+    assert "Letting the current stream block on the completion of the NCCL work" in doc

@@ -242,3 +242,37 @@ def test_compression_figure():
     )  # no torch in the browser
     with pytest.raises(ValueError, match="scheme must be"):
         wire_bytes(2, 2, "int8")
+
+
+# -- chapter 5's statements about PyTorch, checked against the installed version
+# ------------------------------------------------------------------------------
+
+
+def test_pytorch_hooks_cast_before_dividing_and_register_before_backward():
+    import inspect
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    assert "buffer.to(dtype).div_(world_size)" in inspect.getsource(
+        default_hooks._compress_hook
+    )
+    doc = " ".join(
+        torch.nn.parallel.DistributedDataParallel.register_comm_hook.__doc__.split()
+    )
+    assert (
+        "can only be registered once and should be registered before calling backward"
+        in doc
+    )
+
+
+def test_pytorch_powersgd_defaults_and_orthogonalisation():
+    import inspect
+
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    state = powerSGD_hook.PowerSGDState(None)
+    assert state.start_powerSGD_iter == 1000 and state.min_compression_rate == 2
+    with pytest.raises(ValueError, match="start_powerSGD_iter"):
+        powerSGD_hook.PowerSGDState(None, start_powerSGD_iter=1)
+    source = inspect.getsource(powerSGD_hook._orthogonalize)
+    assert "rank <= 2" in source and "torch.linalg.qr" in source  # QR for r > 2
