@@ -276,3 +276,13 @@ def test_pytorch_powersgd_defaults_and_orthogonalisation():
         powerSGD_hook.PowerSGDState(None, start_powerSGD_iter=1)
     source = inspect.getsource(powerSGD_hook._orthogonalize)
     assert "rank <= 2" in source and "torch.linalg.qr" in source  # QR for r > 2
+
+
+def test_ddp_lays_out_its_first_bucket_in_registration_order_then_rebuilds():
+    # Why chapter 5's DDP row rounds differently in the first step only.
+    from mylib.experiments.compress_check import bucket_layouts
+
+    layouts = run_ranks(bucket_layouts, 2)[0]
+    ddp, mine = layouts["DDP"], layouts["MyDDP"]
+    assert ddp[0] == mine[0][::-1]
+    assert ddp[1] == mine[1] == mine[0]

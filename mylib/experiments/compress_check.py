@@ -187,6 +187,39 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
     return out
 
 
+def bucket_layouts(steps=2, sizes=(12, 32, 32, 6)):
+    """On every rank: the parameters' order in the one bucket, each step.
+
+    For PyTorch's DDP and for MyDDP, as a hook sees them
+    (``bucket.parameters()``), by shape. DDP lays out its first step in
+    registration order and rebuilds the bucket in the order the gradients
+    arrived; MyDDP starts in the reverse of registration order, and rebuilds
+    too. Returns ``{"DDP": [shapes per step], "MyDDP": [...]}``.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from mylib.ddp import allreduce_average_hook
+
+    out = {}
+    for name, wrap, average in (
+        ("DDP", nn.parallel.DistributedDataParallel, default_hooks.allreduce_hook),
+        ("MyDDP", MyDDP, allreduce_average_hook),
+    ):
+        model, seen = wrap(mlp(sizes, seed=0)), []
+
+        def hook(state, bucket, seen=seen, average=average):
+            seen.append([tuple(p.shape) for p in bucket.parameters()])
+            return average(state, bucket)
+
+        model.register_comm_hook(None, hook)
+        for _ in range(steps):
+            model(torch.ones(2, sizes[0])).sum().backward()
+            if isinstance(model, MyDDP):
+                model.finish_gradient_sync()
+        out[name] = seen
+    return out
+
+
 def ddp_refuses_bf16_hook_by_name(sizes=(4, 3)):
     """On every rank: what PyTorch's DDP says to ``default_hooks.bf16_compress_hook``.
 
