@@ -6,8 +6,12 @@ namesakes and forward to them, after recording how many bytes this rank puts
 on the wire:
 
 * point-to-point ``send``/``isend``: exactly the tensor's bytes;
-* collectives, by the bandwidth-optimal ring algorithm that NCCL and gloo use
-  for large messages (what a rank sends, per call):
+* collectives: what the bandwidth-optimal ring algorithm would send, per call.
+  This is an assumption, since the backend does not report its traffic.
+  Chapter 1 measures gloo's (``mylib.experiments.commbench.gloo_wire_bytes``):
+  its all-reduce and all-gather are rings and send these bytes; its
+  reduce-scatter is an all-reduce underneath and sends twice as many; its
+  broadcast is a binomial tree, with the same total spread differently.
 
   =====================  ==============================
   all_reduce             2 (n-1)/n x bytes

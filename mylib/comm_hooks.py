@@ -89,12 +89,13 @@ def rounding_error_in_units(averaged, rank_gradients, dtype):
 
     ``rank_gradients`` are every rank's own gradient (one tensor each, in
     float64 for the reference), ``averaged`` what the hook produced. The
-    error of each element is divided by ``u x mean_r |g_r|``, the size of one
-    rounding of a typical summand: casting each rank's share rounds once, and
-    each of the ``n - 1`` additions of a ring rounds once more, so a correct
-    hook stays below ``n`` units. Below fp16's normal range (6.1e-5) fp16
-    rounds to a fixed step instead, so for fp16 the scale is at least that
-    floor. Returns the largest ratio over the elements.
+    error of each element is divided by ``u x mean_r |g_r|``: the format's
+    unit roundoff times the size of a typical rank's *whole* gradient (not
+    of its share ``g_r / n``), because the hook rounds ``g_r`` when it casts
+    it, before dividing by ``n`` (:func:`rounding_bound_in_units` gives the
+    bound and why). Below fp16's normal range (6.1e-5) fp16 rounds to a fixed
+    step instead, so for fp16 the scale is at least that floor. Returns the
+    largest ratio over the elements.
     """
     stacked = torch.stack([g.double() for g in rank_gradients])
     exact = stacked.mean(dim=0)
@@ -107,3 +108,24 @@ def rounding_error_in_units(averaged, rank_gradients, dtype):
         .max()
         .item()
     )
+
+
+def rounding_bound_in_units(world_size):
+    """The most a 16-bit hook's average can be off, in :func:`rounding_error_in_units`.
+
+    To first order in the unit roundoff ``u``, with ``m = mean_r |g_r|``:
+
+    * the cast moves each rank's whole gradient ``g_r`` by up to ``u |g_r|``;
+      divided by ``n`` and summed over the ranks: ``u m``;
+    * the division by ``n`` is exact when ``n`` is a power of two (in the
+      normal range), else it rounds each share once more: another ``u m``;
+    * the ring's ``n - 1`` additions each round a partial sum
+      ``s_k = sum_{j <= k} g_j / n``, and ``|s_k| <= m``: ``(n - 1) u m``.
+
+    So ``n`` units for 2, 4, 8 ... ranks, ``n + 1`` for the others.
+    """
+    n = int(world_size)
+    if n < 1:
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    power_of_two = n & (n - 1) == 0
+    return n if power_of_two else n + 1

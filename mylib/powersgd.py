@@ -75,6 +75,15 @@ class PowerSGDState:
                 f"start_powerSGD_iter must be an int >= 0 (steps of plain all-reduce "
                 f"first), got {start_powerSGD_iter!r}"
             )
+        if (use_error_feedback or warm_start) and start_powerSGD_iter < 2:
+            # As PyTorch's PowerSGDState: MyDDP, like DDP, rebuilds its buckets
+            # after the first step, and the error and Q kept per bucket would
+            # then belong to buckets that no longer exist.
+            raise ValueError(
+                "start_powerSGD_iter must be >= 2 with error feedback or warm start "
+                "(the buckets are rebuilt after the first step), got "
+                f"{start_powerSGD_iter!r}"
+            )
         if not min_compression_rate > 0:
             raise ValueError(
                 f"min_compression_rate must be > 0, got {min_compression_rate!r}"

@@ -361,3 +361,43 @@ def _accumulated(micro, accum):
 
 def test_micro_batch_times_accumulation_times_ranks_is_one_big_batch():
     assert max(run_ranks(_accumulated, 2, args=(3, 2))) < 1e-12
+
+
+# -- chapter 2's "In practice", checked against the installed PyTorch
+# -------------------------------------------------------------------
+
+
+def test_the_dataloader_refuses_a_sampler_with_shuffle():
+    sampler = DistributedSampler(range(8), num_replicas=2, rank=0)
+    with pytest.raises(ValueError, match="mutually exclusive with shuffle"):
+        torch.utils.data.DataLoader(range(8), sampler=sampler, shuffle=True)
+
+
+def test_ddp_syncs_buffers_every_forward_by_default_as_forward_sync_buffers():
+    import inspect
+
+    params = inspect.signature(DDP.__init__).parameters
+    assert params["forward_sync_buffers"].default is None  # None means True
+    assert "deprecated" in (DDP.__doc__ or "") and "forward_sync_buffers" in (
+        DDP.__doc__ or ""
+    )
+
+    def buffers_synced():
+        return DDP(nn.BatchNorm1d(3)).forward_sync_buffers
+
+    assert run_ranks(buffers_synced, 2) == [True, True]
+
+
+def test_sync_batchnorm_all_gathers_its_statistics_and_ddp_divides_by_the_world():
+    import inspect
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.modules import _functions
+
+    forward = inspect.getsource(_functions.SyncBatchNorm.forward)
+    backward = inspect.getsource(_functions.SyncBatchNorm.backward)
+    assert "all_gather" in forward and "all_reduce" not in forward
+    assert "all_reduce" in backward
+    # DDP's Python twin of its reducer: divide by the world size, then all-reduce
+    fut = inspect.getsource(default_hooks._allreduce_fut)
+    assert fut.index("div_(") < fut.index("all_reduce(")

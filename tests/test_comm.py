@@ -1,10 +1,12 @@
 """mylib.comm: collectives give torch's results and count the bytes each rank sends."""
 
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
 
-from mylib import comm, run_ranks
+from mylib import RankError, comm, run_ranks
 from mylib.comm import count_bytes, nbytes
 from mylib.ring import ring_all_reduce
 
@@ -136,3 +138,88 @@ def test_measured_ring_equals_the_counter_of_dist_all_reduce(world):
 def test_nbytes_is_numel_times_element_size():
     assert nbytes(torch.zeros(3, 5, dtype=torch.bfloat16)) == 30
     assert nbytes(torch.zeros(0)) == 0
+
+
+# -- what gloo itself sends, against the counter's ring model (chapter 1)
+# ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_gloo_runs_reduce_scatter_as_an_all_reduce(world):
+    # torch.profiler names the gloo operation each collective runs.
+    from mylib.experiments.commbench import gloo_ops_recorded
+
+    for ops in run_ranks(gloo_ops_recorded, world, args=(world * 8,)):
+        assert ops == {
+            "all-reduce": ["gloo:all_reduce"],
+            "reduce-scatter": ["gloo:all_reduce"],  # no reduce-scatter of its own
+            "all-gather": ["gloo:all_gather"],
+            "broadcast": ["gloo:broadcast"],
+        }
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_gloo_writes_the_ring_bytes_except_for_reduce_scatter_and_broadcast(world):
+    from mylib.experiments.commbench import gloo_wire_bytes, wire_bytes_measurable
+
+    if not wire_bytes_measurable():
+        pytest.skip("counting written bytes needs Linux's /proc/self/io")
+    numel = world * 2**16
+    b = 4 * numel
+    wire = run_ranks(gloo_wire_bytes, world, args=(numel,))
+
+    def close(a, c):  # up to gloo's message headers, a few KB whatever the size
+        return abs(a - c) < 4096
+
+    for w in wire:
+        for name in ("all-reduce", "all-gather"):
+            assert close(w[name][1], w[name][0]), (name, w)
+        assert close(w["all-reduce"][1], 2 * (world - 1) * b / world)
+        # an all-reduce underneath: twice what a ring reduce-scatter sends
+        assert close(w["reduce-scatter"][1], w["all-reduce"][1])
+        assert close(w["reduce-scatter"][1], 2 * w["reduce-scatter"][0])
+    # broadcast: gloo's binomial tree; the root sends ceil(log2 n) copies, the
+    # ranks together n - 1, as the ring the counter assumes
+    assert close(wire[0]["broadcast"][1], math.ceil(math.log2(world)) * b)
+    assert close(sum(w["broadcast"][1] for w in wire), (world - 1) * b)
+    assert sum(w["broadcast"][0] for w in wire) == (world - 1) * b
+
+
+def test_written_bytes_need_linux():
+    from mylib.experiments import commbench
+
+    if commbench.wire_bytes_measurable():
+        assert commbench.bytes_written() >= 0
+    else:
+        with pytest.raises(RuntimeError, match="needs Linux"):
+            commbench.bytes_written()
+    with pytest.raises(RankError, match="divisible"):
+        run_ranks(commbench.gloo_wire_bytes, 2, args=(3,), show_output=False)
+
+
+# -- chapter 1's "In practice", checked against the installed PyTorch
+# -------------------------------------------------------------------
+
+
+def test_ddp_buckets_are_25_mib_by_default():
+    from torch.nn.parallel import distributed
+
+    assert distributed._DEFAULT_BUCKET_CAP_MB == 25
+    assert distributed._MB_TO_BYTES == 2**20  # "MB" in bucket_cap_mb is MiB
+
+
+def test_detail_debug_wraps_the_group_to_compare_calls():
+    import inspect
+
+    c10d = dist.distributed_c10d
+    source = inspect.getsource(c10d)
+    wrapped = source.index("backend_class = _create_process_group_wrapper(")
+    assert "DebugLevel.DETAIL" in source[wrapped - 800 : wrapped]
+    assert "_ProcessGroupWrapper(" in inspect.getsource(
+        c10d._create_process_group_wrapper
+    )
+
+
+def test_work_wait_on_nccl_blocks_the_stream_not_the_cpu():
+    doc = dist.Work.wait.__doc__ or ""
+    assert "Letting the current stream block on the completion of the NCCL work" in doc

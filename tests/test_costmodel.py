@@ -97,6 +97,20 @@ def test_chapter_1_worked_answers():
         1024, 64, alpha, beta
     )
     assert ratio == pytest.approx(2, rel=0.02)
+    # ...and the factor 2(n-1)/n of 1 GB's bandwidth term: 1 at 2 ranks, times 1.5 at 4
+    assert ring_all_reduce_terms(gb, 2, alpha, beta)[1] == pytest.approx(gb / beta)
+    assert ring_all_reduce_terms(gb, 4, alpha, beta)[1] / ring_all_reduce_terms(
+        gb, 2, alpha, beta
+    )[1] == pytest.approx(1.5)
+    # Below the figure: 1 GB from 2 to 1024 ranks takes about 2.2 times as long (not 512
+    # times, nor "barely" longer); 4 KB nearly 1023 times, the latency term's growth
+    grow = {
+        size: ring_all_reduce_time(size, 1024, alpha, beta)
+        / ring_all_reduce_time(size, 2, alpha, beta)
+        for size in (gb, 4096)
+    }
+    assert round(grow[gb], 1) == 2.2
+    assert 0.95 * 1023 < grow[4096] < 1023
     # Exercise ch1-tree: a tree 2 log2(n) (alpha + b/beta) beats the ring below about 14
     # MB at n = 1024
     n, alpha, beta = 1024, 5e-6, 25e9

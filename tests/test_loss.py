@@ -233,3 +233,35 @@ def test_figure_default_is_the_worked_example_and_empty_ranks_give_nan():
     with pytest.raises(ValueError, match="cannot be negative"):
         loss_weights(-1, 2, 1.0, 1.0)
     assert "figures.loss" in browser.browser_modules()
+
+
+# -- chapter 2's diagnosis: packing hides the trap until the ragged last batch
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_packing_hides_the_trap_until_the_ragged_last_batch(world):
+    from mylib.experiments.packing import packed_epoch
+
+    pack, per_rank = 8, 2
+    tokens = 4 * world * per_rank * pack + (world - 1) * pack + 5
+    rows = run_ranks(packed_epoch, world, args=(tokens, pack, per_rank))
+    assert all(r == rows[0] for r in rows)  # every rank reports the same epoch
+    *full, last = rows[0]
+    assert len(full) == 4
+    for targets, mean_of_means, one_process, fixed in full:
+        assert targets == [per_rank * pack] * world
+        assert mean_of_means == pytest.approx(one_process, abs=1e-12)
+    targets, mean_of_means, one_process, fixed = last
+    assert targets == [pack] * (world - 1) + [5]
+    assert abs(mean_of_means - one_process) > 1e-3  # the blip
+    for *_, one_process, fixed in rows[0]:
+        assert fixed == pytest.approx(one_process, abs=1e-12)
+
+
+def test_packed_epoch_refuses_a_rank_without_packs():
+    from mylib import RankError
+    from mylib.experiments.packing import packed_epoch
+
+    with pytest.raises(RankError, match="leave a rank without any"):
+        run_ranks(packed_epoch, 2, args=(4 * 32 + 5,), show_output=False)

@@ -85,10 +85,20 @@ def test_many_buckets_issue_collectives_in_order():
         assert buckets == 2 and spread == 0.0  # 6 parameters in two 1 KB buckets
 
 
+def _plain_steps(model, x, steps=2):
+    """The ``start_powerSGD_iter = 2`` plain steps, gradients cleared after each."""
+    for _ in range(steps):
+        model(x).pow(2).sum().backward()
+        model.finish_gradient_sync()
+        for p in model.parameters():
+            p.grad = None
+
+
 def _bytes_of_one_step(rank):
     model = MyDDP(mlp((12, 32, 32, 6), seed=0))
-    state = PowerSGDState(None, rank, start_powerSGD_iter=0)
+    state = PowerSGDState(None, rank, start_powerSGD_iter=2)
     model.register_comm_hook(state, powersgd_hook)
+    _plain_steps(model, torch.ones(2, 12))
     with comm.count_bytes() as stats:
         model(torch.ones(2, 12)).sum().backward()
         model.finish_gradient_sync()
@@ -134,10 +144,11 @@ def _low_rank_gradients(rank, error_feedback):
     x = torch.randn(1, 32)
     model.register_comm_hook(
         PowerSGDState(
-            None, rank, start_powerSGD_iter=0, use_error_feedback=error_feedback
+            None, rank, start_powerSGD_iter=2, use_error_feedback=error_feedback
         ),
         powersgd_hook,
     )
+    _plain_steps(model, x)
     model(x).pow(2).sum().backward()
     model.finish_gradient_sync()
     local = torch.nn.Linear(32, 24, bias=False)
@@ -177,7 +188,7 @@ def _approximation_error(warm_start, steps=6):
         PowerSGDState(
             None,
             2,
-            start_powerSGD_iter=0,
+            start_powerSGD_iter=2,
             use_error_feedback=False,
             warm_start=warm_start,
         ),
@@ -191,12 +202,12 @@ def _approximation_error(warm_start, steps=6):
     local(x).pow(2).sum().backward()
     exact = local.weight.grad
     errors = []
-    for _ in range(steps):
+    for _ in range(2 + steps):
         model.module.weight.grad = None
         model(x).pow(2).sum().backward()
         model.finish_gradient_sync()
         errors.append(((model.module.weight.grad - exact).norm() / exact.norm()).item())
-    return errors
+    return errors[2:]  # after the two plain steps
 
 
 def test_warm_start_continues_the_power_iteration():
@@ -237,6 +248,12 @@ def test_zero_column_stays_zero():
             "matrix_approximation_rank must be an int >= 1",
         ),
         ({"start_powerSGD_iter": -1}, "start_powerSGD_iter must be an int >= 0"),
+        # as PyTorch: the buckets are rebuilt after the first step
+        ({"start_powerSGD_iter": 1}, "must be >= 2 with error feedback or warm"),
+        (
+            {"start_powerSGD_iter": 0, "use_error_feedback": False},
+            "must be >= 2 with error feedback or warm",
+        ),
         ({"min_compression_rate": 0}, "min_compression_rate must be > 0"),
     ],
 )

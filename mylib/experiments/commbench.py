@@ -17,8 +17,13 @@ that waits for a message may be put to sleep and woken late), so the
 fastest run is the best estimate of what the communication itself costs.
 ``statistic="median"`` keeps the typical run instead. Times are
 ``time.perf_counter`` seconds.
+
+A third measurement is of bytes, not time: :func:`gloo_wire_bytes` reads
+how many bytes each collective made gloo write to its sockets (Linux's
+``/proc/self/io``), next to what :mod:`mylib.comm`'s counter assumes.
 """
 
+import os
 import statistics
 import time
 
@@ -94,6 +99,94 @@ def time_all_reduce(
             tensor.fill_(1.0)
         results.append(reduce(times))
     return results
+
+
+PROC_IO = "/proc/self/io"
+
+
+def wire_bytes_measurable():
+    """Whether this machine counts each process's written bytes (/proc/self/io)."""
+    return os.path.exists(PROC_IO)
+
+
+def bytes_written():
+    """Bytes this process has handed to ``write``-like calls so far, sockets included.
+
+    The ``wchar`` line of Linux's ``/proc/self/io``; gloo's TCP transport
+    writes every message it sends through such calls, from its own threads,
+    which this process-wide count includes.
+    """
+    if not wire_bytes_measurable():
+        raise RuntimeError(
+            f"{PROC_IO} does not exist: counting written bytes needs Linux"
+        )
+    with open(PROC_IO) as f:
+        for line in f:
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{PROC_IO} has no wchar line")
+
+
+def gloo_wire_bytes(numel, repeats=3):
+    """What each gloo collective writes to the wire, and what ``mylib.comm`` counts.
+
+    Every rank calls it, with a float32 tensor of ``numel`` elements
+    (``numel`` divisible by the number of ranks): all-reduce, reduce-scatter
+    of it, all-gather back into it, broadcast from rank 0. Returns this
+    rank's ``{collective: (bytes counted by mylib.comm, bytes written)}``.
+    The written bytes are the fewest over ``repeats`` runs, each between two
+    barriers, so that nothing else this process writes is counted.
+    """
+    from mylib import comm
+
+    n = dist.get_world_size()
+    if numel % n:
+        raise ValueError(f"numel must be divisible by the {n} ranks, got {numel}")
+    x, shard, full = torch.ones(numel), torch.empty(numel // n), torch.empty(numel)
+    calls = {
+        "all-reduce": lambda: comm.all_reduce(x),
+        "reduce-scatter": lambda: comm.reduce_scatter_tensor(shard, x),
+        "all-gather": lambda: comm.all_gather_into_tensor(full, shard),
+        "broadcast": lambda: comm.broadcast(x, src=0),
+    }
+    out = {}
+    for name, call in calls.items():
+        written = []
+        for _ in range(repeats):
+            dist.barrier()
+            with comm.count_bytes() as stats:
+                before = bytes_written()
+                call()
+                after = bytes_written()
+            written.append(after - before)
+        dist.barrier()
+        out[name] = (stats.bytes_sent, min(written))
+    return out
+
+
+def gloo_ops_recorded(numel):
+    """The gloo operation ``torch.profiler`` records for each collective, on every rank.
+
+    Returns ``{collective: sorted names of the profiler's gloo events}`` for an
+    all-reduce, reduce-scatter, all-gather and broadcast of a float32 tensor
+    of ``numel`` elements (divisible by the number of ranks).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    n = dist.get_world_size()
+    x, shard, full = torch.ones(numel), torch.empty(numel // n), torch.empty(numel)
+    calls = {
+        "all-reduce": lambda: dist.all_reduce(x),
+        "reduce-scatter": lambda: dist.reduce_scatter_tensor(shard, x),
+        "all-gather": lambda: dist.all_gather_into_tensor(full, shard),
+        "broadcast": lambda: dist.broadcast(x, src=0),
+    }
+    out = {}
+    for name, call in calls.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            call()
+        out[name] = sorted({e.name for e in prof.events() if e.name.startswith("gloo")})
+    return out
 
 
 def _from_rank0(values):

@@ -187,6 +187,57 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
     return out
 
 
+def bucket_layouts(steps=2, sizes=(12, 32, 32, 6)):
+    """On every rank: the parameters' order in the one bucket, each step.
+
+    For PyTorch's DDP and for MyDDP, as a hook sees them
+    (``bucket.parameters()``), by shape. DDP lays out its first step in
+    registration order and rebuilds the bucket in the order the gradients
+    arrived; MyDDP starts in the reverse of registration order, and rebuilds
+    too. Returns ``{"DDP": [shapes per step], "MyDDP": [...]}``.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from mylib.ddp import allreduce_average_hook
+
+    out = {}
+    for name, wrap, average in (
+        ("DDP", nn.parallel.DistributedDataParallel, default_hooks.allreduce_hook),
+        ("MyDDP", MyDDP, allreduce_average_hook),
+    ):
+        model, seen = wrap(mlp(sizes, seed=0)), []
+
+        def hook(state, bucket, seen=seen, average=average):
+            seen.append([tuple(p.shape) for p in bucket.parameters()])
+            return average(state, bucket)
+
+        model.register_comm_hook(None, hook)
+        for _ in range(steps):
+            model(torch.ones(2, sizes[0])).sum().backward()
+            if isinstance(model, MyDDP):
+                model.finish_gradient_sync()
+        out[name] = seen
+    return out
+
+
+def ddp_refuses_bf16_hook_by_name(sizes=(4, 3)):
+    """On every rank: what PyTorch's DDP says to ``default_hooks.bf16_compress_hook``.
+
+    ``DistributedDataParallel.register_comm_hook`` refuses a hook *named*
+    ``bf16_compress_hook`` unless CUDA with NCCL 2.10 or later (or XPU with
+    XCCL) is there, whatever the process group. Returns the refusal's
+    message, or None if the hook was accepted.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ddp = nn.parallel.DistributedDataParallel(mlp(sizes, seed=0))
+    try:
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    except TypeError as refusal:
+        return str(refusal)
+    return None
+
+
 def through_each_hook(scale):
     """On every rank: a gradient through the fp32, fp16 and bf16 hooks, one number each.
 
@@ -209,28 +260,33 @@ def through_each_hook(scale):
     return out
 
 
-def error_feedback_ledger(steps=8, rank=1):
+def error_feedback_ledger(steps=8, rank=1, start=2):
     """On every rank: PowerSGD with error feedback loses nothing, it only delays.
 
-    Each step the hook sends ``g_t + e_{t-1}`` (this rank's gradient plus the
-    error it kept) and everyone receives the same approximation ``A_t``;
-    the rank keeps ``e_t = g_t + e_{t-1} - A_t``. Summed over steps this
-    telescopes: ``sum A_t = sum g_t - e_T`` on every rank. Returns the largest
-    gap between the two sides and the largest summed gradient (the scale).
+    Each compressed step the hook sends ``g_t + e_{t-1}`` (this rank's
+    gradient plus the error it kept) and everyone receives the same
+    approximation ``A_t``; the rank keeps ``e_t = g_t + e_{t-1} - A_t``. Summed
+    over the ``steps`` compressed steps this telescopes: ``sum A_t = sum g_t -
+    e_T`` on every rank. They follow ``start`` plain steps, during which the
+    buckets are rebuilt (as PyTorch, PowerSGD keeps its error per bucket, so it
+    starts after that). Returns the largest gap between the two sides and the
+    largest summed gradient (the scale).
     """
     torch.manual_seed(0)
     model = MyDDP(nn.Linear(16, 12))
-    state = PowerSGDState(None, rank, start_powerSGD_iter=0)
+    state = PowerSGDState(None, rank, start_powerSGD_iter=start)
     model.register_comm_hook(state, powersgd_hook)
     local = nn.Linear(16, 12)  # this rank's own gradient, for the ledger
     g = torch.Generator().manual_seed(dist.get_rank())
     applied = own = 0
-    for _ in range(steps):
+    for step in range(start + steps):
         x = torch.randn(4, 16, generator=g)
         for p in [*model.parameters(), *local.parameters()]:
             p.grad = None
         model(x).pow(2).sum().backward()
         model.finish_gradient_sync()
+        if step < start:  # plain all-reduce: no error kept, nothing to account
+            continue
         local.load_state_dict(model.module.state_dict())
         local(x).pow(2).sum().backward()
         # the bucket holds bias, then weight (backward order)

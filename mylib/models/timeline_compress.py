@@ -43,6 +43,21 @@ def wire_bytes(rows, cols, scheme, rank=1, min_compression_rate=2.0):
     raise ValueError(f"scheme must be fp32, bf16, fp16 or powersgd, got {scheme!r}")
 
 
+def uncompressed_from_rank(rows, cols, min_compression_rate=2.0):
+    """The lowest PowerSGD rank at which a ``rows x cols`` matrix goes uncompressed.
+
+    Below it, :func:`wire_bytes` sends P and Q, ``(rows + cols) r`` numbers;
+    from it on, ``(rows + cols) r x min_compression_rate`` has reached
+    ``rows x cols`` and the matrix is all-reduced as it is. Returns None if
+    every rank up to ``min(rows, cols)`` compresses it.
+    """
+    full = wire_bytes(rows, cols, "fp32")
+    for rank in range(1, min(rows, cols) + 1):
+        if wire_bytes(rows, cols, "powersgd", rank, min_compression_rate) == full:
+            return rank
+    return None
+
+
 def compressed_layers(n_layers, hidden, backward_ms_per_layer, scheme, rank=1):
     """``n_layers`` x Linear(hidden, hidden) in backward order, in wire bytes.
 
