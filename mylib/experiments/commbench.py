@@ -127,6 +127,25 @@ def bytes_written():
     raise RuntimeError(f"{PROC_IO} has no wchar line")
 
 
+def four_collectives(api, numel):
+    """Calls of all-reduce, reduce-scatter, all-gather and broadcast, by name.
+
+    Each works on float32 tensors of ``numel`` elements (divisible by the
+    number of ranks) through ``api``: ``torch.distributed`` or ``mylib.comm``
+    (same names, and mylib counts the bytes).
+    """
+    n = dist.get_world_size()
+    if numel % n:
+        raise ValueError(f"numel must be divisible by the {n} ranks, got {numel}")
+    x, shard, full = torch.ones(numel), torch.empty(numel // n), torch.empty(numel)
+    return {
+        "all-reduce": lambda: api.all_reduce(x),
+        "reduce-scatter": lambda: api.reduce_scatter_tensor(shard, x),
+        "all-gather": lambda: api.all_gather_into_tensor(full, shard),
+        "broadcast": lambda: api.broadcast(x, src=0),
+    }
+
+
 def gloo_wire_bytes(numel, repeats=3):
     """What each gloo collective writes to the wire, and what ``mylib.comm`` counts.
 
@@ -139,18 +158,8 @@ def gloo_wire_bytes(numel, repeats=3):
     """
     from mylib import comm
 
-    n = dist.get_world_size()
-    if numel % n:
-        raise ValueError(f"numel must be divisible by the {n} ranks, got {numel}")
-    x, shard, full = torch.ones(numel), torch.empty(numel // n), torch.empty(numel)
-    calls = {
-        "all-reduce": lambda: comm.all_reduce(x),
-        "reduce-scatter": lambda: comm.reduce_scatter_tensor(shard, x),
-        "all-gather": lambda: comm.all_gather_into_tensor(full, shard),
-        "broadcast": lambda: comm.broadcast(x, src=0),
-    }
     out = {}
-    for name, call in calls.items():
+    for name, call in four_collectives(comm, numel).items():
         written = []
         for _ in range(repeats):
             dist.barrier()
@@ -173,16 +182,8 @@ def gloo_ops_recorded(numel):
     """
     from torch.profiler import ProfilerActivity, profile
 
-    n = dist.get_world_size()
-    x, shard, full = torch.ones(numel), torch.empty(numel // n), torch.empty(numel)
-    calls = {
-        "all-reduce": lambda: dist.all_reduce(x),
-        "reduce-scatter": lambda: dist.reduce_scatter_tensor(shard, x),
-        "all-gather": lambda: dist.all_gather_into_tensor(full, shard),
-        "broadcast": lambda: dist.broadcast(x, src=0),
-    }
     out = {}
-    for name, call in calls.items():
+    for name, call in four_collectives(dist, numel).items():
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             call()
         out[name] = sorted({e.name for e in prof.events() if e.name.startswith("gloo")})
