@@ -33,7 +33,7 @@ TARGET = 0.10  # model within 10% of the measured step
 BEST_WITHIN = 0.02  # the model's best cap costs at most 2% over the measured best
 
 
-def run(rounds=9, n_layers=8, width=1024, batch_size=256):
+def run(rounds=9, n_layers=8, width=1024, batch_size=1024):
     """Model vs measurement per link and cap; the result dict of tests/bench.py."""
     out = run_ranks(
         emulated_experiment,

@@ -74,7 +74,7 @@ def emulated_experiment(
     multiples=MULTIPLES,
     n_layers=8,
     width=1024,
-    batch_size=256,
+    batch_size=1024,
     rounds=5,
     warmup=1,
 ):
