@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mylib import ddp_steps, run_ranks
@@ -29,15 +29,17 @@ def _both_dtypes(sizes, cap_mb):
 
 def _check_counts(row):
     name, n = row["name"], row["n_params"]
-    every_step = STEPS * [row["collectives"][-1]]
-    assert row["collectives"] == every_step, row
+    # MyDDP rebuilds its buckets after step 1, as PyTorch's DDP: same from step 2
+    first = 1 if name == "MyDDP" else 0
+    every_step = (STEPS - first) * [row["collectives"][-1]]
+    assert row["collectives"][first:] == every_step, row
     if name.startswith("1 "):  # blocking, after the backward
         assert row["collectives"][-1] == n and row["in_backward"] == STEPS * [0]
     elif name.startswith("2 "):  # one per parameter, from its hook
-        assert row["collectives"][-1] == n and row["in_backward"] == every_step
+        assert row["collectives"][-1] == n and row["in_backward"] == row["collectives"]
     else:  # one per bucket, every one launched by a hook during the backward
         assert row["collectives"][-1] == row["n_buckets"] <= n
-        assert row["in_backward"] == every_step
+        assert row["in_backward"] == row["collectives"]
     if row["own"][0] is not None:  # the class's own counts agree with mylib.comm's
         assert row["own"] == list(zip(row["collectives"], row["in_backward"])), row
 
@@ -60,6 +62,8 @@ def _check_copies(row, set_to_none=False):
     sizes=st.lists(st.integers(1, 16), min_size=2, max_size=4),
     cap_mb=st.sampled_from([0.0, 0.0005, 0.002, 25.0]),
 )
+# MyDDP's first-step buckets differ from its rebuilt ones here (found by hypothesis)
+@example(world=1, sizes=[2, 6, 8], cap_mb=0.0005)
 def test_each_step_equals_one_process_and_pytorch_ddp(world, sizes, cap_mb):
     for exact, single in run_ranks(
         _both_dtypes, world, args=(sizes, cap_mb), show_output=False
