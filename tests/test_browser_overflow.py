@@ -11,7 +11,8 @@ Needs the built site and Chromium, like ``tests/test_browser_site.py``.
 """
 
 import pytest
-from test_browser_site import SITE, site_pages
+from conftest import SITE
+from test_browser_site import site_pages
 
 pytestmark = pytest.mark.browser
 
@@ -42,20 +43,6 @@ OVERFLOW_JS = """() => {
   }
   return {columns, found};
 }"""
-
-
-@pytest.fixture(scope="module")
-def site():
-    if not (SITE / "index.html").exists():
-        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
-    with browser.serve_site(SITE) as base_url:
-        yield base_url
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with browser.launch_chromium() as b:
-        yield b
 
 
 @pytest.mark.parametrize("page", site_pages() or ["(site not built)"])

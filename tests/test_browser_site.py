@@ -11,18 +11,15 @@ these) and Chromium (``apt-get install -y chromium``).
 """
 
 import html.parser
-import os
-import pathlib
 import posixpath
 import urllib.parse
 
 import pytest
+from conftest import SITE
 
 pytestmark = pytest.mark.browser
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-# BOOK_SITE points the tests at a site built elsewhere (jupyter-book --path-output).
-SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
+
 SHOTS = SITE.parent / "screenshots"
 
 browser = pytest.importorskip(
@@ -44,20 +41,6 @@ def site_pages():
 
 def chapter_pages():
     return [p for p in site_pages() if p.startswith("notebooks/")]
-
-
-@pytest.fixture(scope="module")
-def site():
-    if not (SITE / "index.html").exists():
-        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
-    with browser.serve_site(SITE) as base_url:
-        yield base_url
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    with browser.launch_chromium() as b:
-        yield b
 
 
 # --- links: parsed from the HTML files themselves, so every href is checked ---

@@ -1,13 +1,11 @@
 """notebooks/scripts/ddp_check.py, the classic DDP check, runs under torchrun on 2 CPU
 ranks and prints that MyDDP and PyTorch's DDP both match one process."""
 
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+from torchrun_script import run_torchrun
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "notebooks" / "scripts" / "ddp_check.py"
@@ -15,17 +13,7 @@ SCRIPT = ROOT / "notebooks" / "scripts" / "ddp_check.py"
 
 @pytest.mark.slow
 def test_ddp_check_runs_under_torchrun(tmp_path):
-    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    done = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", str(SCRIPT)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    done = run_torchrun(SCRIPT, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "2 ranks on cpu, 3 SGD steps", done.stdout

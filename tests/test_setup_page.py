@@ -3,13 +3,11 @@
 It runs on the CPU.
 """
 
-import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
+from torchrun_script import run_torchrun
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -19,16 +17,7 @@ def test_setup_page_torchrun_example(tmp_path):
     text = (ROOT / "book" / "setup.md").read_text(encoding="utf-8")
     script = re.search(r"```python\n(# train\.py\n.*?)```", text, re.S).group(1)
     (tmp_path / "train.py").write_text(script)
-    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc-per-node=2", "train.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    done = run_torchrun("train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(
         r"^2 ranks, last loss on rank 0: \d+\.\d{4}$", done.stdout, re.M

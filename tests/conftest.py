@@ -1,0 +1,32 @@
+"""Fixtures shared by the browser tests of the built site."""
+
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# BOOK_SITE points the tests at a site built elsewhere (jupyter-book --path-output).
+SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
+
+
+def _browser():
+    return pytest.importorskip(
+        "browser", reason="tests/browser.py (shared browser helpers) is missing"
+    )
+
+
+@pytest.fixture(scope="module")
+def site():
+    """The built site, served on 127.0.0.1 (skips when it is not built)."""
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    with _browser().serve_site(SITE) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Headless Chromium (skips, saying how to install it, when it is missing)."""
+    with _browser().launch_chromium() as b:
+        yield b
