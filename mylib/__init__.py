@@ -3,9 +3,9 @@
 The top level is the library itself, one concept per file, in the order the
 chapters build it:
 
-* chapter 0: ``launch`` (N ranks from a notebook), ``torchrun`` (the cluster path)
+* chapter 0: ``launch`` (N ranks from a notebook, or under ``torchrun``)
 * chapter 1: ``comm`` (collectives that count bytes), ``ring`` (ring all-reduce)
-* chapter 2: ``averaging``, ``loss``, ``batching``
+* chapter 2: ``averaging`` (equal replicas, disjoint data, mean gradients), ``loss``
 * chapter 3: ``ddp_steps`` (DDP in four steps), ``ddp`` (:class:`MyDDP`), ``tracer``,
   ``emulated_link`` (a network link that leaves the cores to the backward)
 * chapter 5: ``comm_hooks``, ``powersgd``
@@ -20,8 +20,13 @@ imports ``figures`` or ``experiments`` (``tests/test_layering.py``).
 """
 
 from mylib.ddp import MyDDP
-from mylib.launch import RankError, RankTimeout, run_ranks
-from mylib.torchrun import current_device, init_from_env
+from mylib.launch import (
+    RankError,
+    RankTimeout,
+    current_device,
+    init_from_env,
+    run_ranks,
+)
 from mylib.zero1 import ShardedOptimizer
 from mylib.zero2 import ShardedGradOptimizer
 from mylib.zero3 import ShardedModel

@@ -18,8 +18,9 @@ Why it is more than ``torch.multiprocessing.spawn``:
 * Ports never collide: the parent opens the rendezvous store on port 0 and
   keeps it open, so the OS picks a free port and nobody can take it meanwhile.
 
-On a cluster the same worker code runs under ``torchrun``; see
-:mod:`mylib.torchrun`.
+On a cluster the same worker code runs under ``torchrun`` instead, which starts
+one process per GPU and describes the group in environment variables; a script
+joins it with :func:`init_from_env` (the last section of this file).
 """
 
 import contextlib
@@ -414,3 +415,40 @@ def _parent_alive(pid):
         return True
     except OSError:
         return False
+
+
+# -- the cluster path: the same worker code under torchrun --------------------------
+#
+# In the notebooks :func:`mylib.run_ranks` starts the ranks. On a cluster
+# ``torchrun`` starts one process per GPU and describes the group in
+# environment variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+# ``MASTER_ADDR``, ``MASTER_PORT``); a script joins it with
+# :func:`init_from_env` and computes on :func:`current_device`.
+
+
+def current_device():
+    """The device this rank should compute on: its GPU under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_from_env(timeout_s=300.0):
+    """Join the process group that ``torchrun`` describes in the environment.
+
+    Picks NCCL when CUDA is available, gloo otherwise, and pins the rank to
+    its local GPU. Returns ``(rank, world_size, device)``. Use it at the top of
+    a script started with ``torchrun --standalone --nproc-per-node=N script.py``.
+    """
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            raise RuntimeError(
+                f"environment variable {var} is not set: start this script with "
+                "`torchrun --standalone --nproc-per-node=N "
+                f"{os.path.basename(sys.argv[0])}`"
+            )
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size(), current_device()

@@ -14,11 +14,13 @@ from torch.utils.data import DistributedSampler
 
 from mylib import run_ranks
 from mylib.averaging import (
+    accumulation_steps_for,
     average_gradients,
     broadcast_parameters,
+    check_shards,
+    global_batch_size,
     max_replica_difference,
 )
-from mylib.batching import accumulation_steps_for, check_shards, global_batch_size
 from mylib.experiments.common import max_param_diff, mlp
 from mylib.loss import global_mean_loss
 

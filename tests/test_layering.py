@@ -23,7 +23,7 @@ import pytest
 MYLIB = pathlib.Path(__file__).resolve().parent.parent / "mylib"
 STDLIB = set(sys.stdlib_module_names)
 KIT = {"svg", "livefig", "browser", "show"}  # figures/ that draw nothing themselves
-MAX_TOP_LEVEL = 20  # "at most about 18": 20 with ddp_steps, ddp_checks, emulated_link
+MAX_TOP_LEVEL = 18  # "at most about 18"
 
 
 def _modules(folder):

@@ -181,20 +181,12 @@ class SvgFigure:
 class Axes:
     """A plot panel of ``width`` by ``height`` at ``(x, y)`` on ``svg``.
 
-    A subclass says where a data point goes: ``px(value)`` gives its x,
-    ``py(value)`` its y.
+    A subclass says where a data point goes: its ``px(value)`` gives the x,
+    its ``py(value)`` the y (the drawing methods here call both).
     """
 
     def __init__(self, svg, x, y, width, height):
         self.svg, self.x, self.y, self.w, self.h = svg, x, y, width, height
-
-    def px(self, value):
-        """The x of ``value`` on the horizontal axis."""
-        raise NotImplementedError
-
-    def py(self, value):
-        """The y of ``value`` on the vertical axis."""
-        raise NotImplementedError
 
     def frame(self, x_ticks, x_format, x_label, y_ticks, y_format, y_label):
         """Grid lines at the ticks, each labelled, a border and the two axis labels."""
