@@ -19,6 +19,8 @@ model's best cap is the measured best, or within 2% of its step. Targets: within
     python tests/bench.py emulated
 """
 
+from bench_timeline import cap_table
+
 from mylib import run_ranks
 from mylib.experiments.calibrate import backward_spread, cap_label
 from mylib.experiments.emulated import (
@@ -72,36 +74,16 @@ def run(rounds=9, n_layers=8, width=1024, batch_size=1024):
         found[f"{name}: model's best cap is the measured best (or within 2%)"] = best_ok
         found[f"{name}: measured middle cap below both ends"] = u
         tables.append(
-            {
-                "title": (
-                    f"Link {name}: all gradient bytes take {multiple}x the backward "
-                    f"({link['bandwidth'] / 1e6:.0f} MB/s), medians over rounds"
-                ),
-                "columns": [
-                    "cap",
-                    "model (ms)",
-                    "measured (ms)",
-                    "error (%)",
-                    f"within {TARGET:.0%}",
-                    "error, step's own backward (%)",
-                ],
-                "rows": [
-                    [
-                        cap_label(row["cap"]),
-                        row["model_s"] * 1e3,
-                        row["measured_s"] * 1e3,
-                        row["error"] * 100,
-                        abs(row["error"]) <= TARGET,
-                        mine["error"] * 100,
-                    ]
-                    for row, mine in zip(rows, own)
-                ],
-                "note": (
-                    "error = median over rounds of (model - measured) / measured, "
-                    "the model fed with the same round's calibrated layer times. "
-                    "The last column feeds it the measured step's own backward."
-                ),
-            }
+            cap_table(
+                f"Link {name}: all gradient bytes take {multiple}x the backward "
+                f"({link['bandwidth'] / 1e6:.0f} MB/s), medians over rounds",
+                rows,
+                TARGET,
+                ("error, step's own backward (%)", own),
+                "error = median over rounds of (model - measured) / measured, "
+                "the model fed with the same round's calibrated layer times. "
+                "The last column feeds it the measured step's own backward.",
+            )
         )
     # every link's rounds share the calibration: one spread says how steady it was
     low, mid, high = backward_spread(next(iter(out["links"].values()))["result"])

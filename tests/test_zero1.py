@@ -19,6 +19,7 @@ from mylib.experiments.zero_check import (
     token_batches,
     train_setups,
     train_single,
+    train_single_model,
 )
 from mylib.zero1 import FlatParams, ShardedOptimizer
 
@@ -116,12 +117,7 @@ def test_consolidated_state_dict_is_the_unsharded_optimizers_and_resumes_exactly
     config = dict(
         CHECK, batch=12
     )  # 3 ranks, 4 sequences each: equal shares (and shards that need padding)
-    model = tiny_lm(config)
-    opt = config["optimizer"](param_groups(model, config), lr=config["lr"])
-    for tokens in token_batches(config):
-        lm_loss(model, tokens).backward()
-        opt.step()
-        opt.zero_grad()
+    _, opt = train_single_model(config)
     want = opt.state_dict()
     (got, resume_diff), *others = run_ranks(
         _state_dict_round_trip, 3, args=(config,), timeout_s=180

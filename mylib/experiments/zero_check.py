@@ -194,13 +194,19 @@ def train_single(config):
 
     Returns ``{name: final parameter}``.
     """
+    model, _ = train_single_model(config)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def train_single_model(config):
+    """The reference run itself: the trained model and its optimizer."""
     model = tiny_lm(config)
     opt = config["optimizer"](param_groups(model, config), lr=config["lr"])
     for tokens in token_batches(config):
         lm_loss(model, tokens).backward()
         opt.step()
         opt.zero_grad()
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
+    return model, opt
 
 
 def build(setup, model, config):
