@@ -304,16 +304,23 @@ def _log_tail(log_dir, rank, max_chars=4000):
     return text[-max_chars:] or "(the rank wrote nothing to stdout/stderr)"
 
 
+def _dump_is_complete(log_text):
+    header = log_text.rfind("Stack (most recent call first)")
+    return header >= 0 and " in <module>\n" in log_text[header:]
+
+
 def _stacks_of(procs, ranks, log_dir):
     for r in ranks:
         if procs[r].is_alive():
             with contextlib.suppress(ProcessLookupError):
                 # faulthandler dumps its stack to the log
                 os.kill(procs[r].pid, signal.SIGUSR1)
-    # A busy machine can take a while to deliver the signal and write the dump.
+    # A busy machine can take a while to deliver the signal and write the dump,
+    # and we may read the log while it is half written: wait for the whole dump,
+    # which ends at the outermost frame (the process's "<module>").
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and not all(
-        "Stack (most recent call first)" in _log_tail(log_dir, r)
+        _dump_is_complete(_log_tail(log_dir, r, max_chars=20000))
         or not procs[r].is_alive()
         for r in ranks
     ):
