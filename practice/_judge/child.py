@@ -1,32 +1,34 @@
-"""The process that runs the reader's code: load their file, run the checks, report.
+"""The process that runs the reader's code: it computes, the judge grades.
 
-The judge starts this file in a fresh process (``sandbox.py``) and never runs
-the reader's code itself, so nothing they write can hang it, crash it or
-print over it. This process reports what happens as JSON lines in an events
-file, one per step, flushed at once: if it dies half-way, the judge still
-knows which check was running.
+The fork server (``server.py``) forks this process for each grade, in a
+session of its own, with its output going to a file. It receives from the
+judge, over a socket, the exercise's ``checks.py`` (as verified bytes) and a
+snapshot of the reader's file, loads both, and then answers requests: get an
+attribute of the reader's module (or of an object it returned), call it,
+run a check's worker on ranks. Every answer is plain data (see ``wire.py``);
+the checks themselves, and so every verdict, run in the judge's process.
 
-    python child.py EXERCISE_DIR SOLUTION_FILE EVENTS_FILE CHECK_TIMEOUT_S
-    OUTPUT_CAP_BYTES MEMORY_CAP_BYTES
+What this process reports can be wrong only in the values the reader's code
+computed: it never says "passed".
 """
 
 import contextlib
 import faulthandler
-import json
+import io
+import linecache
 import os
+import pickle
 import signal
 import sys
+import types
 
-PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PRACTICE_DIR not in sys.path:
-    sys.path.insert(0, PRACTICE_DIR)
-
-from _judge.loading import load_checks, load_solution  # noqa: E402
-from _judge.running import Solution, collect_checks, run_checks  # noqa: E402
+from _judge import wire
+from _judge.loading import load_solution_source
+from _judge.running import classify_exception
 
 
 class CheckTimeout(Exception):
-    """A check ran past its time limit; raised by the alarm inside the reader's code."""
+    """A call ran past its time limit; raised by the alarm inside the reader's code."""
 
     check_timeout = True
 
@@ -38,34 +40,28 @@ def limit_resources(output_cap_bytes, memory_cap_bytes):
     """
     import resource
 
-    # Huge output: writing past the cap kills this process with SIGXFSZ (Python ignores
-    # that
-    # signal by default, which would turn the flood into an OSError inside the reader's
+    # Writing past the cap kills this process with SIGXFSZ (Python ignores that
+    # signal by default, which would turn the flood into an OSError in the reader's
     # code).
     resource.setrlimit(resource.RLIMIT_FSIZE, (output_cap_bytes, output_cap_bytes))
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if (
-        memory_cap_bytes
-    ):  # a list that grows forever ends in MemoryError, not in the machine swapping
+    if memory_cap_bytes:  # a list that grows forever: MemoryError, not swapping
         resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
 
 
 @contextlib.contextmanager
 def alarm(seconds, what):
-    """Raise :class:`CheckTimeout` in this thread after ``seconds``.
-
-    It stops an infinite loop or a sleep.
-    """
+    """Raise :class:`CheckTimeout` in this thread after ``seconds``."""
 
     def ring(signum, frame):
         raise CheckTimeout(
-            f"{what} ran past its time limit of {seconds:g} s: an infinite loop, "
+            f"{what} ran past its time limit of {seconds:.3g} s: an infinite loop, "
             f"or a loop whose end condition is never met?"
         )
 
     previous = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
     try:
         yield
     finally:
@@ -73,51 +69,153 @@ def alarm(seconds, what):
         signal.signal(signal.SIGALRM, previous)
 
 
-def main(argv):
-    (
-        exercise_dir,
-        solution_path,
-        events_path,
-        check_timeout_s,
-        output_cap,
-        memory_cap,
-    ) = argv[1:7]
-    check_timeout_s, output_cap, memory_cap = (
-        float(check_timeout_s),
-        int(output_cap),
-        int(memory_cap),
-    )
-    solution_path = os.path.abspath(solution_path)
-    limit_resources(output_cap, memory_cap)
-    # a segfault prints the Python stack (the reader's line) before dying
-    faulthandler.enable()
-    events = open(events_path, "w", encoding="utf-8", buffering=1)
+class _JudgeUnpickler(pickle.Unpickler):
+    """Requests from the judge: its handles become the reader's objects again."""
 
-    def emit(**event):
-        events.write(json.dumps(event) + "\n")
-        events.flush()
+    def __init__(self, data, objects):
+        super().__init__(io.BytesIO(data))
+        self._objects = objects
 
-    module, problem = load_solution(
-        solution_path, guard=lambda: alarm(check_timeout_s, "loading your file")
-    )
-    if problem:
-        emit(event="load_error", **problem)
-        return 0
-    emit(event="loaded")
-    checks = collect_checks(load_checks(exercise_dir))
-    emit(event="checks", names=[c.check_name for c in checks])
-    run_checks(
-        checks,
-        Solution(module, solution_path),
-        solution_path,
-        on_start=lambda i, name: emit(event="check_start", index=i, name=name),
-        on_result=lambda i, result: emit(event="check", index=i, result=result),
-        guard=lambda name: alarm(check_timeout_s, f"the check '{name}'"),
-    )
-    sys.stdout.flush()
-    emit(event="done")
-    return 0
+    def persistent_load(self, pid):
+        return self._objects[pid[1]]
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+class Child:
+    def __init__(self, sock):
+        self.sock = sock
+        self.objects = {}
+        self.path = None
+        self.Pickler = wire.plain_pickler(self.keep)
+
+    def keep(self, obj):
+        key = len(self.objects) + 1
+        self.objects[key] = obj
+        return key
+
+    def reply(self, *message):
+        try:
+            wire.send(self.sock, message, self.Pickler)
+        except Exception as e:  # a value that cannot travel: say what it is
+            wire.send(
+                self.sock,
+                (
+                    "raise",
+                    "TypeError",
+                    "TypeError",
+                    {
+                        "status": "error",
+                        "message": f"your code returned a value the judge cannot read "
+                        f"({type(e).__name__}: {e})",
+                    },
+                ),
+            )
+
+    def fail(self, exc, what):
+        result = classify_exception(what, exc, self.path)
+        base = next(
+            (c.__name__ for c in type(exc).__mro__ if c.__module__ == "builtins"),
+            "Exception",
+        )
+        result.pop("name", None)
+        self.reply("raise", type(exc).__name__, base, result)
+
+    def serve(self):
+        init = pickle.loads(wire.recv_bytes(self.sock))
+        wire.send(self.sock, ("hello", os.getpid()))
+        limit_resources(init["output_cap"], init["memory_cap"])
+        faulthandler.enable()  # a segfault prints the reader's line
+        faulthandler.register(signal.SIGUSR1, all_threads=False)  # the judge asks
+        for name in init.get("preload", ()):
+            with contextlib.suppress(Exception):
+                __import__(name)
+        self.path = init["path"]
+        checks = types.ModuleType(init["checks_name"])
+        checks.__file__ = init["checks_path"]
+        sys.modules[checks.__name__] = checks
+        exec(compile(init["checks_source"], init["checks_path"], "exec"), vars(checks))
+        text = init["source"].decode("utf-8", "replace")
+        linecache.cache[self.path] = (len(text), None, text.splitlines(True), self.path)
+        from _judge import ranks
+
+        ranks.LOCAL_LOG_DIR = os.getcwd()
+        module, problem = load_solution_source(
+            init["source"],
+            self.path,
+            guard=lambda: alarm(init["check_timeout_s"], "loading your file"),
+        )
+        if problem:
+            self.reply("load_error", problem)
+            return
+        self.objects[0] = module
+        self.reply("loaded")
+        while True:
+            try:
+                data = wire.recv_bytes(self.sock)
+                request = _JudgeUnpickler(data, self.objects).load()
+            except EOFError:
+                return
+            if request[0] == "bye":
+                return
+            self.answer(request)
+
+    def answer(self, request):
+        kind, key, *rest = request
+        obj = self.objects.get(key)
+        seconds = rest[-1]
+        try:
+            with alarm(seconds, "your code"):
+                if kind == "getattr":
+                    try:
+                        value = getattr(obj, rest[0])
+                    except AttributeError:
+                        if key == 0:
+                            self.reply("missing", rest[0])
+                            return
+                        raise
+                    self.reply("ok", value, ())
+                elif kind == "call":
+                    args, kwargs = rest[0], rest[1]
+                    value = obj(*args, **kwargs)
+                    mutable = (list, dict, set, bytearray)
+                    after = [a if isinstance(a, mutable) else None for a in args]
+                    self.reply("ok", value, after)
+                elif kind == "op":
+                    name, args = rest[0], rest[1]
+                    value = _OPS[name](obj, *args)
+                    self.reply("ok", value, ())
+                elif kind == "ranks":
+                    from _judge import ranks
+
+                    module, qualname, world_size, args = rest[0:4]
+                    worker = sys.modules[module]
+                    for part in qualname.split("."):
+                        worker = getattr(worker, part)
+                    value = ranks.run_locally(
+                        worker, world_size, args, busy_s=max(seconds - 0.5, 0.5)
+                    )
+                    self.reply("ok", value, ())
+        except BaseException as e:  # whatever the reader's code raised
+            self.fail(e, "call")
+
+
+_OPS = {
+    "len": len,
+    "iter": lambda o: list(o),
+    "getitem": lambda o, k: o[k],
+    "contains": lambda o, k: k in o,
+    "eq": lambda o, other: o == other,
+    "bool": bool,
+    "setattr": setattr,
+    "str": str,
+}
+
+
+def main(fd):
+    import socket
+
+    sock = socket.socket(fileno=fd)
+    try:
+        Child(sock).serve()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()

@@ -26,13 +26,29 @@ def load_solution(path, guard=None):
     try:
         with open(path, "rb") as f:
             source = f.read()
-        code = compile(source, path, "exec")
     except OSError as e:
         return None, {
             "verdict": "load error",
             "message": f"cannot read your file: {e.strerror}",
             "where": "",
         }
+    return load_solution_source(source, path, guard)
+
+
+def load_solution_source(source, path, guard=None):
+    """Like :func:`load_solution`, for the file's bytes read once (a snapshot).
+
+    Tracebacks still name ``path`` and its lines.
+    """
+    if not source.strip():
+        return None, {
+            "verdict": "load error",
+            "message": "your file is empty: start again from the starter "
+            "(`reset`), which defines the functions to write",
+            "where": "",
+        }
+    try:
+        code = compile(source, path, "exec")
     except SyntaxError as e:
         return None, syntax_problem(e)
     except ValueError as e:  # e.g. a NUL byte in the file

@@ -1,108 +1,55 @@
 """Running a check on real ``torch.distributed`` ranks (gloo, on the CPU).
 
 ``on_ranks(worker, world_size, *args)`` runs ``worker(*args)`` on every rank
-of a fresh gloo group with :func:`mylib.run_ranks` and returns the results
-in rank order. The reader's functions travel to the ranks by value
-(cloudpickle), so their tracebacks still point at the reader's file. A rank
-that raises becomes ``RankError`` and ranks that hang become
-``RankTimeout`` (with each rank's stack); :mod:`checking` turns both into
-verdicts that name the reader's line.
+of a fresh gloo group and returns the results in rank order.
+
+Where it runs: the checks run in the judge's process, which never runs the
+reader's code. There ``on_ranks`` asks the process that runs the reader's
+code (``child.py``) to fork the ranks (``forkranks.py``); the reader's
+functions among ``args`` are handles to objects in that process, and only
+the workers' plain results come back, for the check to compare. A rank that
+raises becomes ``RankFailed`` and ranks that hang or loop become
+``RanksStuck`` (with each rank's stack); :mod:`running` words both.
 
 A checks module may list ``RANK_PRELOAD`` (module names): the fork server
-that starts the ranks imports them once, so each rank does not.
+imports them once, so no grade does.
 
 ``spy_on_dist`` (used inside a worker) records, or forbids, calls to
 ``torch.distributed`` functions: a check can then say "all-reduce was called
-4 times" or "build it from send/recv, not dist.all_reduce".
+4 times" or "build it from send/recv, not dist.all_reduce". It sees every
+path to a collective: the functions of ``torch.distributed`` and of
+``distributed_c10d``, the names the reader imported, the process group's
+and its backend's methods, and (through a ``TorchDispatchMode``) the c10d
+operators that all of them end in.
 """
 
 import contextlib
-import os
-import sys
+import threading
 
-# A hang is reported after this many seconds (the per-check limit is longer, so this
-# fires first).
-RANK_TIMEOUT_S = float(os.environ.get("JUDGE_RANK_TIMEOUT", "30"))
+# The judge's side: the connection to the process running the reader's code,
+# per thread (``all --jobs 2`` grades two exercises at once).
+_CURRENT = threading.local()
+LOCAL_LOG_DIR = None
 
 
 def on_ranks(worker, world_size, *args, timeout_s=None):
     """Run ``worker(*args)`` on ``world_size`` gloo ranks; return results in rank order.
 
-    Functions and classes of the reader's file among ``args`` travel as
-    :class:`ReaderObject`: each rank loads the reader's file itself, so a
-    traceback or a stuck rank's stack names the reader's file and line.
+    ``worker`` must be a function of the checks module. ``timeout_s`` bounds
+    how long a rank may stay busy (by default the check's time left).
     """
-    import cloudpickle
+    client = getattr(_CURRENT, "client", None)
+    if client is not None:
+        return client.on_ranks(worker, world_size, args, timeout_s)
+    return run_locally(worker, world_size, args, busy_s=timeout_s or 60.0)
 
-    from mylib import run_ranks
-    from mylib.launch import preload_in_ranks
 
-    module = sys.modules.get(getattr(worker, "__module__", None) or "")
-    preload_in_ranks(*getattr(module, "RANK_PRELOAD", ()))
-    if module is not None and worker.__module__ != "__main__":
-        with contextlib.suppress(ValueError):
-            cloudpickle.register_pickle_by_value(
-                module
-            )  # checks.py is not importable by name in a rank
-    args = tuple(_by_path(a) for a in args)
-    timeout_s = RANK_TIMEOUT_S if timeout_s is None else min(timeout_s, RANK_TIMEOUT_S)
-    return run_ranks(
-        _call_resolved,
-        world_size,
-        args=(worker,) + args,
-        timeout_s=timeout_s,
-        show_output=True,
+def run_locally(worker, world_size, args, busy_s):
+    from _judge.forkranks import run_forked
+
+    return run_forked(
+        worker, world_size, tuple(args), busy_s=busy_s, log_dir=LOCAL_LOG_DIR
     )
-
-
-def _call_resolved(worker, *args):
-    """In a rank: run the worker on the reader's objects, loaded from their file."""
-    import faulthandler
-
-    # A rank killed by a signal (gloo aborts on mismatched collectives) then prints its
-    # Python
-    # stack into its log, which the launcher reports: the verdict can name the reader's
-    # line.
-    faulthandler.enable(file=sys.stderr)
-    return worker(*(a.resolve() if isinstance(a, ReaderObject) else a for a in args))
-
-
-def _by_path(obj):
-    if getattr(obj, "__module__", None) == "solution" and hasattr(obj, "__qualname__"):
-        return ReaderObject(sys.modules["solution"].__file__, obj.__qualname__)
-    return obj
-
-
-class ReaderObject:
-    """A function or class of the reader's file, loaded on first use.
-
-    It is named by its file and its name.
-    """
-
-    def __init__(self, path, qualname):
-        self.path = path
-        self.qualname = qualname
-
-    def resolve(self):
-        module = sys.modules.get("solution")
-        if module is None or getattr(module, "__file__", None) != self.path:
-            import importlib.util
-
-            spec = importlib.util.spec_from_file_location("solution", self.path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["solution"] = module
-            spec.loader.exec_module(module)
-        obj = module
-        for part in self.qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
-
-    def __call__(self, *args, **kwargs):
-        return self.resolve()(*args, **kwargs)
-
-    @property
-    def __globals__(self):
-        return getattr(self.resolve(), "__globals__", {})
 
 
 class DistSpy:
@@ -121,57 +68,204 @@ class DistSpy:
         return sum(c[3] for c in self.calls if c[0] in names)
 
 
+# The c10d operators every path to a collective ends in, and the name each has in
+# torch.distributed (torch/csrc/distributed/c10d/Ops.cpp; _functional_collectives).
+C10D_NAMES = {
+    "allreduce_": "all_reduce",
+    "allreduce_coalesced_": "all_reduce",
+    "allgather_": "all_gather",
+    "_allgather_base_": "all_gather_into_tensor",
+    "allgather_coalesced_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather_into_tensor",
+    "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor",
+    "broadcast_": "broadcast",
+    "reduce_": "reduce",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all_single",
+    "gather_": "gather",
+    "scatter_": "scatter",
+    "send": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
+    "barrier": "barrier",
+    "monitored_barrier_": "barrier",
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_reduce_coalesced_": "all_reduce",
+    "all_gather_into_tensor": "all_gather_into_tensor",
+    "all_gather_into_tensor_out": "all_gather_into_tensor",
+    "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+    "reduce_scatter_tensor": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "all_to_all_single": "all_to_all_single",
+    "broadcast": "broadcast",
+}
+# Methods of ProcessGroup and its backends, and their torch.distributed names.
+METHOD_NAMES = {
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce",
+    "allgather": "all_gather",
+    "_allgather_base": "all_gather_into_tensor",
+    "allgather_coalesced": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all_single",
+    "gather": "gather",
+    "scatter": "scatter",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv",
+    "barrier": "barrier",
+}
+_NOT_COLLECTIVES = ("wait_tensor", "_wrap_tensor_autograd")
+_INSIDE = threading.local()  # depth of spied torch.distributed calls on this thread
+
+
+def _hashable(value):
+    try:
+        hash(value)
+        return True
+    except TypeError:
+        return False
+
+
+def _first_tensor(args, kwargs):
+    import torch
+
+    todo = list(args) + list((kwargs or {}).values())
+    while todo:
+        a = todo.pop(0)
+        if isinstance(a, torch.Tensor):
+            return a
+        if isinstance(a, (list, tuple)):
+            todo[:0] = list(a)
+    return None
+
+
 @contextlib.contextmanager
 def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
     """Record calls to ``torch.distributed.<name>`` for each name.
 
-    Calls to the ``forbid`` names raise instead.
-
-    Patches the ``torch.distributed`` module and, for names the reader
-    imported directly (``from torch.distributed import send``), the globals
-    of ``reader_functions``. Everything is restored on exit.
+    Calls to the ``forbid`` names raise instead, whichever way they are made:
+    ``torch.distributed.X``, ``distributed_c10d.X``, a name imported from
+    either, a method of the process group or of its backend, or a c10d
+    operator. A call made through a lower layer is recorded under its
+    ``torch.distributed`` name. Everything is restored on exit.
     """
+    import torch
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     spy = DistSpy()
+    watched = set(names) | set(forbid)
     saved = []
+
+    def refuse(name):
+        raise RuntimeError(
+            f"this exercise does not allow torch.distributed.{name}: {why}"
+        )
+
+    def note(name, args, kwargs):
+        if name in forbid:
+            refuse(name)
+        if name not in names:
+            return
+        tensor = args[0] if args else kwargs.get("tensor")
+        if not hasattr(tensor, "dtype"):
+            tensor = _first_tensor(args, kwargs)
+        if tensor is not None:
+            spy.calls.append(
+                (
+                    name,
+                    str(tensor.dtype).replace("torch.", ""),
+                    tensor.numel(),
+                    tensor.numel() * tensor.element_size(),
+                )
+            )
+        else:
+            spy.calls.append((name, None, 0, 0))
+
+    def outermost():
+        return getattr(_INSIDE, "depth", 0) == 0
 
     def wrap(name, original):
         def spied(*args, **kwargs):
-            if name in forbid:
-                raise RuntimeError(
-                    f"this exercise does not allow torch.distributed.{name}: {why}"
-                )
-            tensor = args[0] if args else kwargs.get("tensor")
-            if hasattr(tensor, "dtype"):
-                spy.calls.append(
-                    (
-                        name,
-                        str(tensor.dtype).replace("torch.", ""),
-                        tensor.numel(),
-                        tensor.numel() * tensor.element_size(),
-                    )
-                )
-            else:
-                spy.calls.append((name, None, 0, 0))
-            return original(*args, **kwargs)
+            if outermost():
+                note(name, args, kwargs)
+            _INSIDE.depth = getattr(_INSIDE, "depth", 0) + 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                _INSIDE.depth -= 1
 
         spied.__wrapped__ = original
         return spied
 
-    for name in set(names) | set(forbid):
+    def wrap_method(name, original):
+        def spied(self, *args, **kwargs):
+            if outermost():
+                note(name, args, kwargs)
+            _INSIDE.depth = getattr(_INSIDE, "depth", 0) + 1
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _INSIDE.depth -= 1
+
+        return spied
+
+    class Operators(TorchDispatchMode):
+        """The c10d operators that a call through no Python layer reaches."""
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            namespace = getattr(func, "namespace", "")
+            if namespace in ("c10d", "_c10d_functional") and outermost():
+                base = func.__name__.split(".")[0]
+                name = C10D_NAMES.get(base)
+                # Only refusals here: DDP's reducer reaches these operators from C++
+                # too, and those calls are not the reader's to count.
+                if name in forbid:
+                    refuse(name)
+                elif name is None and forbid and base not in _NOT_COLLECTIVES:
+                    refuse(base)
+            return func(*args, **(kwargs or {}))
+
+    replacements = {}
+    for name in watched:
         original = getattr(dist, name)
-        replacement = wrap(name, original)
-        saved.append((dist, name, original))
-        setattr(dist, name, replacement)
-        for fn in reader_functions:
-            g = getattr(fn, "__globals__", {})
-            for key, value in list(g.items()):
-                if value is original:
-                    saved.append((g, key, original))
-                    g[key] = replacement
+        replacements[original] = wrap(name, original)
+    for module in (dist, c10d):
+        for key, value in list(vars(module).items()):
+            if callable(value) and _hashable(value) and value in replacements:
+                saved.append((module, key, value))
+                setattr(module, key, replacements[value])
+    for fn in reader_functions:
+        g = getattr(fn, "__globals__", {})
+        for key, value in list(g.items()):
+            if callable(value) and _hashable(value) and value in replacements:
+                saved.append((g, key, value))
+                g[key] = replacements[value]
+    classes = [dist.ProcessGroup, getattr(torch._C._distributed_c10d, "Backend", None)]
+    gloo = getattr(dist, "ProcessGroupGloo", None)
+    classes += [gloo] if gloo is not None else []
+    for cls in classes:
+        for method, name in METHOD_NAMES.items():
+            if cls is not None and method in cls.__dict__ and name in watched:
+                original = cls.__dict__[method]
+                saved.append((cls, method, original))
+                setattr(cls, method, wrap_method(name, original))
+    mode = Operators()
     try:
-        yield spy
+        with mode:
+            yield spy
     finally:
         for target, name, original in reversed(saved):
             if isinstance(target, dict):

@@ -65,8 +65,11 @@ def run_checks(checks, solution, path, on_start=None, on_result=None, guard=None
             if on_start:
                 on_start(index, name)
             result = run_one(fn, solution, path, guard)
-            if result["status"] in ("todo", "hang", "timeout", "exit") or result.pop(
-                "stop", False
+            if result.pop("stop", False) or result["status"] in (
+                "todo",
+                "hang",
+                "timeout",
+                "exit",
             ):
                 stop_reason = (
                     f"not run: check {index + 1} "
@@ -103,22 +106,17 @@ def run_one(fn, solution, path, guard=None):
         return {
             "name": name,
             "status": "failed",
+            "stop": True,  # every later check would say the same
             "message": f"your file defines no `{e.name}`: "
             "keep the names the starter file gives",
-        }
-    except SystemExit as e:
-        where = _reader_frames(e.__traceback__, path)
-        return {
-            "name": name,
-            "status": "exit",
-            "where": where,
-            "message": "your code called "
-            f"sys.exit({'' if e.code is None else show(e.code)}): "
-            "a solution returns its answer instead of ending the process",
         }
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # the reader's code may raise anything
+        if hasattr(e, "judge_result"):  # the reader's process ended (remote.py)
+            return {**e.judge_result, "name": name, "stop": True}
+        if getattr(e, "from_reader_process", False):  # it raised (remote.py)
+            return {**e.result, "name": name}
         return classify_exception(name, e, path)
     return {"name": name, "status": "passed"}
 
@@ -129,6 +127,15 @@ def _opt(value):
 
 def classify_exception(name, exc, path):
     """Turn an exception escaping a check into a result dict that names the problem."""
+    if isinstance(exc, SystemExit):
+        return {
+            "name": name,
+            "status": "exit",
+            "where": _reader_frames(exc.__traceback__, path),
+            "message": "your code called "
+            f"sys.exit({'' if exc.code is None else show(exc.code)}): "
+            "a solution returns its answer instead of ending the process",
+        }
     if hasattr(exc, "stuck"):  # mylib.RankTimeout: ranks stuck in collectives
         return _hang_result(name, exc, path)
     if hasattr(exc, "rank") and hasattr(exc, "rank_traceback"):  # mylib.RankError
@@ -195,20 +202,35 @@ def classify_exception(name, exc, path):
 
 def _hang_result(name, exc, path):
     lines = []
+    busy = getattr(exc, "busy", False)
     for rank, stack in sorted(exc.stuck.items()):
         frames = _reader_frames_from_text(stack, path)
         calls = re.findall(r'File "[^"]+", line \d+ in (\w+)', stack)
-        inside = f" (waiting inside {calls[0]})" if calls else ""
+        inside = f" (waiting inside {calls[0]})" if calls and not busy else ""
         lines.append(f"rank {rank}{inside}:\n" + (frames or "    (not in your code)"))
+    if busy:
+        return {
+            "name": name,
+            "status": "timeout",
+            "where": "\n".join(lines),
+            "message": f"ranks {sorted(exc.stuck)} were still computing after "
+            f"{getattr(exc, 'seconds', 0):.0f} s, busy on the CPU rather than "
+            "waiting for each other: a loop whose end condition is never met? "
+            "Where each rank was:",
+        }
     return {
         "name": name,
         "status": "hang",
         "where": "\n".join(lines),
-        "message": f"the ranks hung: ranks {sorted(exc.stuck)} never finished. "
+        "message": f"the ranks hung: ranks {sorted(exc.stuck)} all waited, "
+        f"none making progress for {_HANG_S:g} s. "
         "Usually ranks wait for each other: a recv whose send never comes, "
         "or ranks calling different collectives (or the same ones in a "
         "different order, or with different sizes). Where each rank was stuck:",
     }
+
+
+_HANG_S = float(os.environ.get("JUDGE_HANG_S", "3"))
 
 
 def _rank_error_result(name, exc, path):

@@ -1,26 +1,35 @@
-"""Grading a file in a separate process, with a time limit, and reading the verdict.
+"""Grading a file: a snapshot, a separate process for the reader's code, checks here.
 
-The reader's code runs in ``child.py``, in a process group of its own (ranks
-it starts included). This module waits for it with a deadline, watches the
-size of what it prints, kills the whole group when either runs out, and
-turns what happened (the events the child wrote, its exit status) into one
-:class:`Report`. It never raises for anything the reader's code does.
+:func:`grade_file` reads the reader's file once (every check and every rank
+grades that snapshot, whatever is saved meanwhile), checks the exercise's
+files against the manifest, and has a fork server (``server.py``) start a
+process that loads the snapshot. The checks run in this process, on a
+stand-in for the reader's module (``remote.py``): that process only
+computes values, and this one compares them. It never raises for anything
+the reader's code does.
+
+A :class:`Server` is started per grade, or kept by ``watch`` and ``all``
+(``with Server(...) as server: grade_file(..., server=server)``), so torch is
+imported once for many grades.
 """
 
 import contextlib
 import dataclasses
-import json
 import os
+import pickle
 import shutil
-import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import types
 
-from _judge.running import overall
+from _judge import manifest, ranks, wire
+from _judge.remote import Client, ProcessEnded
+from _judge.running import collect_checks, overall, run_checks
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO_DIR = os.path.dirname(PRACTICE_DIR)
 
@@ -29,6 +38,15 @@ OUTPUT_CAP_BYTES = 4 * 1024 * 1024  # more than this much printing is a runaway 
 # exercises get no cap).
 MEMORY_CAP_BYTES = 1024 * 1024 * 1024
 SHOWN_OUTPUT_CHARS = 1500  # how much of what the reader's code printed a report shows
+TORCH_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.nn",
+    "torch.optim",
+    "_judge.ranks",
+    "_judge.forkranks",
+    "_judge.child",
+)
 
 
 @dataclasses.dataclass
@@ -36,9 +54,10 @@ class Report:
     """What grading one file found.
 
     ``verdict`` is one of: passed, failed, syntax error, import error,
-    load error, timeout, hang, crash, exit, too much output. ``message`` says
-    what happened in words; ``results`` are the per-check dicts of
-    :mod:`checking`; ``printed`` is an excerpt of what the code printed.
+    load error, timeout, hang, crash, exit, too much output, refused.
+    ``message`` says what happened in words; ``results`` are the per-check
+    dicts of :mod:`running`; ``printed`` is an excerpt of what the code
+    printed.
     """
 
     verdict: str
@@ -53,62 +72,176 @@ class Report:
         return self.verdict == "passed"
 
 
-def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None):
+class Server:
+    """A fork server; ``preload`` names the modules it imports once."""
+
+    def __init__(self, preload=()):
+        self.preload = tuple(preload)
+        ours, theirs = socket.socketpair()
+        self.ctl = ours
+        self.proc = subprocess.Popen(
+            [sys.executable, SERVER, str(theirs.fileno()), *self.preload],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            env=_child_env(),
+            cwd=tempfile.gettempdir(),
+        )
+        theirs.close()
+
+    def start_job(self, out_path, cwd):
+        ours, theirs = socket.socketpair()
+        job = pickle.dumps({"out_path": out_path, "cwd": cwd})
+        socket.send_fds(self.ctl, [job], [theirs.fileno()])
+        theirs.close()
+        return ours
+
+    def close(self):
+        with contextlib.suppress(OSError):
+            self.ctl.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def preload_for(exercises, checks_modules=()):
+    names = list(TORCH_PRELOAD) if any(ex.ranks for ex in exercises) else []
+    for module in checks_modules:
+        names += [n for n in getattr(module, "RANK_PRELOAD", ()) if n not in names]
+    return names
+
+
+def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None, server=None):
     """Grade the reader's file ``path`` against ``exercise``'s checks.
 
     Returns a :class:`Report`.
     """
-    time_limit_s = time_limit_s or exercise.time_limit_s
+    started = time.monotonic()
     check_timeout_s = check_timeout_s or exercise.check_timeout_s
+    time_limit_s = time_limit_s or exercise.time_limit_s
+    try:
+        checks_source = manifest.verified(exercise, "checks.py")
+        for name in ("exercise.toml", "starter.py"):
+            manifest.verified(exercise, name)
+    except manifest.Tampered as e:
+        return Report("refused", str(e), [], seconds=time.monotonic() - started)
+    except OSError as e:
+        return Report("refused", f"cannot read the exercise: {e}", [])
+    path = os.path.abspath(path)
+    try:
+        with open(path, "rb") as f:
+            source = f.read()  # the snapshot: read once, graded everywhere
+    except OSError as e:
+        return Report("load error", f"cannot read your file: {e.strerror}", [])
+    checks = _load_checks(exercise, checks_source)
+    own = server is None
+    if own:
+        server = Server(preload_for([exercise], [checks]))
     work = tempfile.mkdtemp(prefix="judge-")
     out_path = os.path.join(work, "output.txt")
-    events_path = os.path.join(work, "events.jsonl")
-    started = time.monotonic()
-    killed_for = None
+    client = None
     try:
-        with open(out_path, "wb") as out:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    CHILD,
-                    exercise.dir,
-                    os.path.abspath(path),
-                    events_path,
-                    str(check_timeout_s),
-                    str(OUTPUT_CAP_BYTES),
-                    str(0 if exercise.ranks else MEMORY_CAP_BYTES),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=work,
-                env=_child_env(),
-                start_new_session=True,
-            )
-            try:
-                killed_for = _wait(proc, time_limit_s, out_path)
-            finally:
-                _kill_group(proc)
-        seconds = time.monotonic() - started
-        events = _read_events(events_path)
-        printed, printed_bytes = _read_output(out_path)
-        return _report(
-            proc.returncode,
-            killed_for,
-            events,
-            printed,
-            printed_bytes,
+        sock = server.start_job(out_path, work)
+        client = Client(sock, out_path, OUTPUT_CAP_BYTES, path, source)
+        report = _grade(
+            exercise,
+            client,
+            checks,
+            checks_source,
+            source,
+            path,
+            check_timeout_s,
             time_limit_s,
-            seconds,
         )
+        client.close()
+        report.printed = _excerpt(client.printed())
+        report.seconds = time.monotonic() - started
+        return report
     finally:
+        if client is not None:
+            client.close()
+        if own:
+            server.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _load_checks(exercise, source):
+    """The checks, from the verified bytes (never re-read from disk)."""
+    name = "checks_" + os.path.basename(exercise.dir)
+    module = types.ModuleType(name)
+    module.__file__ = exercise.path("checks.py")
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), vars(module))
+    return module
+
+
+def _grade(
+    exercise, client, checks, checks_source, source, path, check_timeout_s, time_limit_s
+):
+    names = [c.check_name for c in collect_checks(checks)]
+    wire.send(
+        client.sock,
+        {
+            "checks_name": checks.__name__,
+            "checks_path": checks.__file__,
+            "checks_source": checks_source,
+            "path": path,
+            "source": source,
+            "check_timeout_s": check_timeout_s,
+            "output_cap": OUTPUT_CAP_BYTES,
+            "memory_cap": 0 if exercise.ranks else MEMORY_CAP_BYTES,
+            "preload": list(getattr(checks, "RANK_PRELOAD", ())),
+        },
+    )
+    client.check_timeout_s = check_timeout_s
+    try:
+        hello = client.receive(10.0 + check_timeout_s)
+        if hello[0] == "hello":
+            client.pid = int(hello[1])
+            hello = client.receive(check_timeout_s + 2.0)
+        if hello[0] == "load_error":
+            problem = hello[1]
+            return Report(
+                str(problem["verdict"]),
+                str(problem["message"]),
+                [],
+                where=str(problem.get("where", "")),
+            )
+    except ProcessEnded as e:
+        verdict = {"output": "too much output", "crash": "crash"}.get(e.kind, e.kind)
+        message = e.judge_result["message"].replace(
+            " during loading your file", " while loading your file"
+        )
+        return Report(verdict, message, [], where=e.judge_result.get("where", ""))
+    ranks._CURRENT.client = client
+    deadline = time.monotonic() + time_limit_s
+    try:
+
+        def guard(name):
+            left = max(min(check_timeout_s, deadline - time.monotonic()), 0.1)
+            return client.check(name, left)
+
+        results = run_checks(collect_checks(checks), client.module(), path, guard=guard)
+    finally:
+        ranks._CURRENT.client = None
+    if client.ended is not None and client.ended.kind in ("output", "crash"):
+        verdict = {"output": "too much output", "crash": "crash"}[client.ended.kind]
+        return Report(verdict, client.ended.judge_result["message"], results)
+    verdict, message = overall(results)
+    del names
+    return Report(verdict, message, results)
 
 
 def _child_env():
     env = dict(os.environ)
-    # The checks import _judge (practice/) and mylib (the repo root), also in the ranks
-    # they start.
+    # The checks import _judge (practice/) and mylib (the repo root).
     env["PYTHONPATH"] = os.pathsep.join(
         [PRACTICE_DIR, REPO_DIR]
         + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -120,151 +253,11 @@ def _child_env():
     return env
 
 
-def _wait(proc, time_limit_s, out_path):
-    """Wait for the child; return why it was killed (None if it ended by itself)."""
-    deadline = time.monotonic() + time_limit_s
-    pause = 0.01
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
-            return "timeout"
-        with contextlib.suppress(OSError):
-            if os.path.getsize(out_path) >= OUTPUT_CAP_BYTES:
-                return "output"
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.1)
-    return None
-
-
-def _kill_group(proc):
-    """Kill the child and everything it started (ranks, fork servers).
-
-    Never leave a process behind.
-    """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        proc.wait(timeout=10)
-
-
-def _read_events(path):
-    events = []
-    with contextlib.suppress(OSError):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    events.append(json.loads(line))
-                except ValueError:  # a line cut short when the process died
-                    break
-    return events
-
-
-def _read_output(path):
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            head = f.read(SHOWN_OUTPUT_CHARS)
-            if size > 2 * SHOWN_OUTPUT_CHARS:
-                f.seek(size - SHOWN_OUTPUT_CHARS)
-                tail = f.read()
-                text = (
-                    head.decode("utf-8", "replace")
-                    + f"\n... ({size} bytes in all) ...\n"
-                    + tail.decode("utf-8", "replace")
-                )
-            else:
-                text = (head + f.read()).decode("utf-8", "replace")
-        return text, size
-    except OSError:
-        return "", 0
-
-
-def _report(
-    returncode, killed_for, events, printed, printed_bytes, time_limit_s, seconds
-):
-    """Decide the verdict from how the child ended and what it reported."""
-    by_kind = {}
-    for e in events:
-        by_kind.setdefault(e["event"], []).append(e)
-    names = by_kind.get("checks", [{}])[0].get("names", [])
-    results = [None] * len(names)
-    for e in by_kind.get("check", []):
-        if e["index"] < len(results):
-            results[e["index"]] = e["result"]
-    started = [e for e in by_kind.get("check_start", [])]
-    running = (
-        started[-1]["name"]
-        if started and results[started[-1]["index"]] is None
-        else None
-    )
-    during = (
-        f" during the check '{running}'"
-        if running
-        else ("" if "loaded" in by_kind else " while loading your file")
-    )
-
-    def finish(verdict, message, where=""):
-        # The check that was running gets the verdict; the ones after it never ran.
-        for i, name in enumerate(names):
-            if results[i] is None:
-                if name == running:
-                    status = verdict if verdict in ("timeout", "exit") else "error"
-                    results[i] = {"name": name, "status": status, "message": message}
-                else:
-                    results[i] = {
-                        "name": name,
-                        "status": "skipped",
-                        "message": "not run: the process had ended",
-                    }
-        return Report(verdict, message, results, printed, where, seconds)
-
-    if killed_for == "timeout":
-        return finish(
-            "timeout",
-            f"your code ran past the time limit of {time_limit_s:g} s{during} and was "
-            f"stopped: an infinite loop, or a wait that never ends?",
+def _excerpt(text):
+    if len(text) > 2 * SHOWN_OUTPUT_CHARS:
+        return (
+            text[:SHOWN_OUTPUT_CHARS]
+            + f"\n... ({len(text)} characters in all) ...\n"
+            + text[-SHOWN_OUTPUT_CHARS:]
         )
-    if (
-        killed_for == "output"
-        or returncode == -getattr(signal, "SIGXFSZ", 25)
-        or printed_bytes >= OUTPUT_CAP_BYTES
-    ):
-        return finish(
-            "too much output",
-            "your code printed more than "
-            f"{OUTPUT_CAP_BYTES // (1024 * 1024)} MB{during} and was stopped: "
-            "is a print inside a loop that never ends?",
-        )
-    if "load_error" in by_kind:
-        e = by_kind["load_error"][0]
-        return Report(
-            e["verdict"], e["message"], [], printed, e.get("where", ""), seconds
-        )
-    if returncode is not None and returncode < 0:
-        name = _signal_name(-returncode)
-        what = (
-            "a segmentation fault (it read or wrote memory it does not own)"
-            if name == "SIGSEGV"
-            else name
-        )
-        return finish(
-            "crash",
-            f"the process running your code was killed by {what}{during}. "
-            f"What it printed (below) shows the line that crashed",
-            "",
-        )
-    if "done" not in by_kind:
-        return finish(
-            "exit",
-            f"the process running your code ended{during} with "
-            f"exit status {returncode} before the checks were done: "
-            "does your code call sys.exit() or os._exit()?",
-        )
-    verdict, message = overall(results)
-    return Report(verdict, message, results, printed, "", seconds)
-
-
-def _signal_name(number):
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+    return text
