@@ -10,9 +10,10 @@ VENDOR := vendor/.stamp
 NB_SANITIZE := tests/nbval_sanitize.cfg
 export PYTHONHASHSEED := 0
 
-.PHONY: book test lint format test-unit test-notebooks test-book test-browser test-practice lab bench notebooks clean help
+.PHONY: setup practice-manifest book test lint format test-unit test-notebooks test-book test-browser test-practice lab bench notebooks clean help
 
 help:
+	@echo "make setup  - create the Python environment (.venv) alone: enough for the judge"
 	@echo "make book   - build the static site into _build/html"
 	@echo "make test   - every test: mylib, notebooks (nbval), practice, book build, browser"
 	@echo "make lab    - open JupyterLab on the notebooks"
@@ -27,6 +28,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
 	@touch $@
+
+# The environment alone (the judge, the notebooks): `python practice/judge.py` then
+# finds it by itself.
+setup: $(STAMP)
+	@echo "The environment is ready: python practice/judge.py"
+
+# After changing an exercise's files: the judge refuses files that differ from it.
+practice-manifest:
+	$(PYTHON) practice/_judge/manifest.py
 
 # JavaScript the site serves itself (widgets, Pyodide), from the npm registry.
 $(VENDOR): book/vendor.sh

@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
 """The judge: grades your solutions to the book's exercises, on this machine.
 
-    python practice/judge.py              every exercise, your progress, and what to do
-    next python practice/judge.py 06           grade exercise 06 (your file
-    practice/workspace/06_*.py) python practice/judge.py hint 06      the next hint for
-    exercise 06 (--all: every hint) python practice/judge.py show 06      the statement
-    of exercise 06 python practice/judge.py all          grade every exercise python
-    practice/judge.py watch [06]   re-grade each time you save the file (--poll: no file
-    events) python practice/judge.py reset 06     start exercise 06 again from the
-    starter (your file is backed up)
+    python practice/judge.py              every exercise, your progress, what to do next
+    python practice/judge.py 3.1          grade exercise 3.1 (chapter 3, first one);
+                                          its folder number works too: 06
+    python practice/judge.py hint 3.1     the next hint (--all: every hint)
+    python practice/judge.py show 3.1     the statement
+    python practice/judge.py all          grade every exercise
+    python practice/judge.py watch [3.1]  re-grade each time you save the file
+    python practice/judge.py reset 3.1    start again from the starter (yours is
+                                          backed up)
+    python practice/judge.py help         this text
 
 Maintainers: ``--solutions`` grades the reference solutions and ``--starters``
 the untouched starters instead of your files; ``--file PATH`` grades any file.
 
-Your code runs in a separate process with a time limit: an infinite loop, a
-hang of ranks, a crash or a flood of output gets a verdict, never a stuck
-judge. Exit status: 0 when everything graded passes, 1 when not, 2 for a
-command the judge does not understand.
+Your code runs in a separate process with time limits; the checks run here
+and compare what it returns. Exit status: 0 when everything graded passes,
+1 when not, 2 for a command the judge does not understand.
 """
 
 import argparse
@@ -24,21 +25,48 @@ import concurrent.futures
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+PRACTICE_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_DIR = os.path.dirname(PRACTICE_DIR)
+sys.path.insert(0, PRACTICE_DIR)
+NEEDED = ("rich", "torch", "cloudpickle")
 
-try:
-    from _judge import catalog, report, state  # noqa: E402
-    from _judge.sandbox import grade_file  # noqa: E402
-except (
-    ImportError
-) as missing:  # run with a Python that lacks the book's packages (rich, ...)
+
+def _environment():
+    """Run under the book's .venv when this Python lacks its packages (say so once)."""
+    import importlib.util
+
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    venv = os.path.join(REPO_DIR, ".venv")
+    venv_python = os.path.join(venv, "bin", "python")
+    inside = os.path.realpath(sys.prefix) == os.path.realpath(venv)
+    if os.path.exists(venv_python) and not inside:
+        if not os.environ.get("JUDGE_REEXEC"):
+            print(
+                f"judge: this Python ({sys.executable}) lacks {', '.join(missing)}; "
+                "using the book's environment, .venv/bin/python",
+                file=sys.stderr,
+            )
+            os.environ["JUDGE_REEXEC"] = "1"
+            os.execv(
+                venv_python, [venv_python, os.path.abspath(__file__), *sys.argv[1:]]
+            )
     sys.exit(
-        f"judge: this Python lacks the module '{missing.name}'. "
-        "Run the judge with the book's environment: `make test` (or `make book`) "
-        "creates .venv once, then `.venv/bin/python practice/judge.py`."
+        f"judge: this Python ({sys.executable}) lacks the packages "
+        f"{', '.join(missing)}. Create the book's environment once with "
+        "`make setup` (from the repository's root), then run "
+        "`python practice/judge.py` again."
     )
 
-COMMANDS = ("list", "hint", "show", "all", "watch", "reset")
+
+if __name__ == "__main__":
+    _environment()
+
+from _judge import catalog, report, state  # noqa: E402
+from _judge.sandbox import Server, grade_file, preload_for  # noqa: E402
+
+COMMANDS = ("list", "hint", "show", "all", "watch", "reset", "help")
 
 
 class UsageError(Exception):
@@ -53,8 +81,8 @@ def parse(argv):
         prog="judge.py",
         description="Grade your solutions to the exercises "
         "of Data Parallel from Scratch.",
-        epilog="Examples: judge.py | judge.py 06 | judge.py hint 06 | "
-        "judge.py watch | judge.py reset 06",
+        epilog="Examples: judge.py | judge.py 3.1 | judge.py 06 | judge.py hint 3.1 "
+        "| judge.py watch | judge.py reset 3.1",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -109,6 +137,7 @@ def parse(argv):
             f"Give one exercise id, e.g. `{report.command('06')}`"
         )
     args.target = words[0] if words else None
+    args.help_text = p.format_help()
     if args.command in ("hint", "show", "reset") and args.target is None:
         raise UsageError(
             f"`{args.command}` needs an exercise id, e.g. "
@@ -119,10 +148,49 @@ def parse(argv):
     return args
 
 
+class _Output:
+    """stdout that survives a reader who stops reading (`judge.py 06 | head -1`).
+
+    Once the pipe is closed, the rest goes nowhere and the grade still ends
+    with its own exit status.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv=None):
+    sys.stdout = _Output(sys.stdout)
     console = report.make_console()
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
+        if args.command == "help":
+            console.print(args.help_text, markup=False)
+            console.print(
+                __doc__.split("\n\n", 1)[1].split("\n\nMaintainers")[0], markup=False
+            )
+            return 0
         exercises = catalog.load_exercises()
         return run(args, exercises, console)
     except (UsageError, catalog.CatalogError) as e:
@@ -151,6 +219,8 @@ def main(argv=None):
 def run(args, exercises, console):
     progress = state.Progress()
     if args.command == "list":
+        for ex in exercises:  # the files the table names exist from the start
+            state.ensure_workspace(ex)
         report.print_table(
             console, exercises, _states(exercises, progress), progress.warning
         )
@@ -160,14 +230,16 @@ def run(args, exercises, console):
     if args.command == "watch":
         from _judge.watch import watch
 
-        return watch(args, exercises, console, progress, grade_one)
+        # One fork server for every grade: torch is imported once, not per save.
+        with Server(preload_for(exercises)) as args.server:
+            return watch(args, exercises, console, progress, grade_one)
     ex = catalog.find(exercises, args.target)
     if args.command == "show":
         with open(ex.path("README.md"), encoding="utf-8") as f:
-            console.print(f.read(), markup=False)
+            console.print(report.plain_math(f.read()), markup=False)
         console.print(
             f"Your file: {report.rel(state.ensure_workspace(ex))}   "
-            f"Grade: {report.command(ex.number)}",
+            f"Grade: {report.command(ex.short)}",
             markup=False,
         )
         return 0
@@ -175,6 +247,7 @@ def run(args, exercises, console):
         return show_hint(ex, args, console, progress)
     if args.command == "reset":
         backup = state.reset(ex)
+        progress.forget_pass(ex.id)
         saved = (
             f"; your previous file is saved as {report.rel(backup)}" if backup else ""
         )
@@ -212,11 +285,15 @@ def grade_one(args, ex, console, progress, quiet=False):
     """
     path = target_file(args, ex)
     result = grade_file(
-        ex, path, time_limit_s=args.timeout, check_timeout_s=args.check_timeout
+        ex,
+        path,
+        time_limit_s=args.timeout,
+        check_timeout_s=args.check_timeout,
+        server=getattr(args, "server", None),
     )
     own_file = not (args.solutions or args.starters or args.file)
     if own_file:
-        progress.note_grade(ex, result)
+        progress.note_grade(ex, result, result.graded_hash)
     if not quiet:
         report.print_report(console, ex, result, path, hints_total=len(ex.hints()))
         if own_file and result.passed:
@@ -234,7 +311,10 @@ def grade_many(args, exercises, console, progress):
     """Grade every exercise, ``--jobs`` at a time; print each report, then a summary."""
     chosen = [catalog.find(exercises, args.target)] if args.target else exercises
     paths = {ex.id: target_file(args, ex) for ex in chosen}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    with (
+        Server(preload_for(chosen)) as server,
+        concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool,
+    ):
         futures = {
             ex.id: pool.submit(
                 grade_file,
@@ -242,6 +322,7 @@ def grade_many(args, exercises, console, progress):
                 paths[ex.id],
                 time_limit_s=args.timeout,
                 check_timeout_s=args.check_timeout,
+                server=server,
             )
             for ex in chosen
         }
@@ -249,7 +330,7 @@ def grade_many(args, exercises, console, progress):
         for ex in chosen:
             result = futures[ex.id].result()
             if not (args.solutions or args.starters or args.file):
-                progress.note_grade(ex, result)
+                progress.note_grade(ex, result, result.graded_hash)
             report.print_report(
                 console, ex, result, paths[ex.id], hints_total=len(ex.hints())
             )
@@ -278,7 +359,7 @@ def show_hint(ex, args, console, progress):
     progress.note_hint(ex.id, max(seen, upto))
     if upto < len(hints):
         console.print(
-            f"Still stuck? `{report.command('hint', ex.number)}` "
+            f"Still stuck? `{report.command('hint', ex.short)}` "
             f"again for hint {upto + 1}.",
             markup=False,
         )

@@ -62,6 +62,17 @@ class Exercise:
     time_limit_s: float
     check_timeout_s: float
     dir: str
+    index: int = 0  # its place in its chapter, by folder number: 1, 2, ...
+
+    @property
+    def short(self):
+        """The id readers see: chapter and place in the chapter, e.g. ``3.1``."""
+        return f"{self.chapter}.{self.index}"
+
+    @property
+    def order(self):
+        """Where it comes in the suggested order: chapter, then difficulty."""
+        return (self.chapter, DIFFICULTIES.index(self.difficulty), self.number)
 
     def path(self, name):
         """The path of one of the exercise's own files.
@@ -104,7 +115,12 @@ def load_exercises(exercises_dir=EXERCISES_DIR):
         if not os.path.isdir(folder) or name.startswith((".", "_")):
             continue
         out.append(_load_one(folder, chapters))
-    return out
+    seen = {}
+    numbered = []
+    for ex in out:
+        seen[ex.chapter] = seen.get(ex.chapter, 0) + 1
+        numbered.append(dataclasses.replace(ex, index=seen[ex.chapter]))
+    return numbered
 
 
 def _read_toml(path):
@@ -161,9 +177,19 @@ def _load_one(folder, chapters):
 def find(exercises, query):
     """The exercise that ``query`` names.
 
-    ``query`` is its id, number (``6`` or ``06``) or slug, or a unique prefix.
+    ``query`` is its chapter id (``3.1``: chapter 3, first exercise), its
+    folder number (``6`` or ``06``), its folder name or slug, or a unique prefix.
     """
     q = str(query).strip().lower().rstrip("/")
+    if re.fullmatch(r"\d+\.\d+", q):
+        for ex in exercises:
+            if q == ex.short:
+                return ex
+        shorts = ", ".join(ex.short for ex in exercises)
+        raise CatalogError(
+            f"there is no exercise '{query}'. The exercises are {shorts}; "
+            f"run `python practice/judge.py` to see them all"
+        )
     q = os.path.basename(q)
     if q.endswith(".py"):
         q = q[:-3]
@@ -173,13 +199,13 @@ def find(exercises, query):
     matches = [ex for ex in exercises if ex.id.startswith(q) or ex.slug.startswith(q)]
     if len(matches) == 1:
         return matches[0]
-    ids = ", ".join(ex.number for ex in exercises)
+    ids = ", ".join(f"{ex.short} ({ex.number})" for ex in exercises)
     if matches:
         raise CatalogError(
             f"'{query}' could mean "
             f"{', '.join(ex.id for ex in matches)}: give the number"
         )
     raise CatalogError(
-        f"there is no exercise '{query}'. The exercises are numbered {ids}; "
+        f"there is no exercise '{query}'. The exercises are {ids}; "
         f"run `python practice/judge.py` to see them all"
     )

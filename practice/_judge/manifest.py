@@ -64,11 +64,13 @@ def read(path=MANIFEST):
     return table
 
 
-def verified(exercise, name, manifest_path=MANIFEST):
+def verified(exercise, name):
     """The bytes of ``exercise``'s file ``name``, read once and checked.
 
-    Raises :class:`Tampered` naming the file and the fix.
+    The manifest is the one beside the exercise's folder. Raises
+    :class:`Tampered` naming the file and the fix.
     """
+    manifest_path = os.path.join(os.path.dirname(exercise.dir), "MANIFEST.sha256")
     rel = f"{os.path.basename(exercise.dir)}/{name}"
     path = os.path.join(exercise.dir, name)
     with open(path, "rb") as f:
@@ -94,10 +96,16 @@ def verified(exercise, name, manifest_path=MANIFEST):
     return data
 
 
+def write(exercises_dir=EXERCISES_DIR):
+    path = os.path.join(exercises_dir, "MANIFEST.sha256")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render(exercises_dir))
+    return path
+
+
 def main():
-    with open(MANIFEST, "w", encoding="utf-8") as f:
-        f.write(render())
-    print(f"wrote {os.path.relpath(MANIFEST)} ({len(exercise_files())} files)")
+    path = write()
+    print(f"wrote {os.path.relpath(path)} ({len(exercise_files())} files)")
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ def print_table(console, exercises, states, progress_warning=None):
     for ex in exercises:
         state = states[ex.id]
         table.add_row(
-            ex.number,
+            f"{ex.short} ({ex.number})",
             ex.title,
             str(ex.chapter),
             Text(ex.difficulty, style=DIFFICULTY_STYLE[ex.difficulty]),
@@ -111,8 +111,11 @@ def print_table(console, exercises, states, progress_warning=None):
 
 
 def next_exercise(exercises, states, after=None):
-    """The first exercise not passed yet (after ``after``, wrapping around)."""
-    order = list(exercises)
+    """The first exercise not passed yet (after ``after``, wrapping around).
+
+    In the suggested order: by chapter, the easy ones of a chapter first.
+    """
+    order = sorted(exercises, key=lambda ex: ex.order)
     if after is not None:
         i = [ex.id for ex in order].index(after.id)
         order = order[i + 1 :] + order[: i + 1]
@@ -133,19 +136,19 @@ def print_next(console, exercises, states, after=None):
     console.print(
         Text.assemble(
             ("Next: ", "bold"),
-            f"{ex.number} {ex.title} (chapter {ex.chapter}, {ex.difficulty})",
+            f"{ex.short} {ex.title} (chapter {ex.chapter}, {ex.difficulty})",
         )
     )
     console.print(f"  read   {rel(ex.path('README.md'))}")
     console.print(f"  edit   {rel(ex.workspace)}")
-    console.print(f"  grade  {command(ex.number)}")
+    console.print(f"  grade  {command(ex.short)}")
 
 
 def print_report(console, ex, report, graded_path, hints_total=0):
     """One exercise's grade: a line per check, failure details, what to do next."""
     console.print(
         Text.assemble(
-            (f"{ex.number} {ex.title}", "bold"),
+            (f"{ex.short} {ex.title}", "bold"),
             f"  (chapter {ex.chapter}, {ex.difficulty})",
         )
     )
@@ -190,7 +193,7 @@ def print_report(console, ex, report, graded_path, hints_total=0):
     )
     if hints_total:
         console.print(
-            f"Stuck? {command('hint', ex.number)}  "
+            f"Stuck? {command('hint', ex.short)}  "
             f"({hints_total} hint{'s' if hints_total > 1 else ''})"
         )
     console.print(f"Statement: {rel(ex.path('README.md'))}")
@@ -204,10 +207,164 @@ def print_summary(console, rows):
     for ex, report in rows:
         n_pass = sum(1 for r in report.results if r["status"] == "passed")
         table.add_row(
-            ex.number,
+            ex.short,
             ex.title,
             Text(report.verdict, style="green" if report.passed else "red"),
             f"{n_pass}/{len(report.results)}",
             f"{report.seconds:.1f}",
         )
     console.print(table)
+
+
+# ----------------------------------------------------------------------------
+# LaTeX in a terminal: the statements' math as plain text
+# ----------------------------------------------------------------------------
+
+SYMBOLS = {
+    "alpha": "α",
+    "beta": "β",
+    "gamma": "γ",
+    "delta": "δ",
+    "Delta": "Δ",
+    "epsilon": "ε",
+    "eta": "η",
+    "theta": "θ",
+    "lambda": "λ",
+    "mu": "μ",
+    "pi": "π",
+    "rho": "ρ",
+    "sigma": "σ",
+    "tau": "τ",
+    "nabla": "∇",
+    "ell": "ℓ",
+    "sum": "Σ",
+    "prod": "Π",
+    "cdot": "·",
+    "times": "×",
+    "in": "∈",
+    "le": "≤",
+    "leq": "≤",
+    "ge": "≥",
+    "geq": "≥",
+    "approx": "≈",
+    "neq": "≠",
+    "pm": "±",
+    "infty": "∞",
+    "to": "→",
+    "rightarrow": "→",
+    "lceil": "⌈",
+    "rceil": "⌉",
+    "lfloor": "⌊",
+    "rfloor": "⌋",
+    "ldots": "…",
+    "dots": "…",
+    "cdots": "…",
+    "log": "log",
+    "min": "min",
+    "max": "max",
+    "exp": "exp",
+    "sqrt": "√",
+}
+_SPACES = {",": " ", ";": " ", ":": " ", " ": " ", "!": "", "quad": "  "}
+_TEXT = ("text", "mathrm", "mathbf", "mathit", "operatorname", "textrm", "mathtt")
+
+
+def plain_math(markdown):
+    """Markdown with its ``$...$`` and ``$$...$$`` math written as plain text.
+
+    ``\\frac{a}{b}`` becomes ``a/b`` (with parentheses when needed), sub- and
+    superscripts stay attached (``x_i``, ``ℓ_(i ∈ r)``), symbols become their
+    Unicode characters: a terminal shows what the statement means, and no
+    line breaks inside a subscript.
+    """
+    import re
+
+    def block(m):
+        return "    " + latex_to_text(m.group(1)).strip()
+
+    text = re.sub(r"\$\$(.+?)\$\$", block, markdown, flags=re.S)
+    return re.sub(
+        r"(?<![\\$\w])\$(?=\S)([^$\n]+?)(?<=\S)\$(?!\w)",
+        lambda m: latex_to_text(m.group(1)),
+        text,
+    )
+
+
+def latex_to_text(latex):
+    text, _ = _parse(latex, 0)
+    return " ".join(text.split())
+
+
+def _simple(text):
+    import re
+
+    return re.fullmatch(r"[\w.′]+", text) is not None
+
+
+def _wrap(text):
+    return text if _simple(text) else f"({text})"
+
+
+def _group(s, i):
+    """The argument at ``s[i]``: a ``{...}`` group, a command, or one character."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        return "", i
+    if s[i] == "{":
+        return _parse(s, i + 1)
+    if s[i] == "\\":
+        return _command(s, i)
+    return s[i], i + 1
+
+
+def _command(s, i):
+    j = i + 1
+    while j < len(s) and s[j].isalpha():
+        j += 1
+    name = s[i + 1 : j] if j > i + 1 else s[i + 1 : i + 2]
+    j = max(j, i + 2)
+    if name in _SPACES:
+        return _SPACES[name], j
+    if name in ("{", "}", "%", "$", "_", "#", "&"):
+        return name, j
+    if name in ("left", "right", "big", "Big", "bigl", "bigr", "displaystyle"):
+        return "", j
+    if name in ("frac", "dfrac", "tfrac"):
+        top, j = _group(s, j)
+        bottom, j = _group(s, j)
+        return f"{_wrap(top.strip())}/{_wrap(bottom.strip())}", j
+    if name in _TEXT:
+        inner, j = _group(s, j)
+        return inner, j
+    if name in ("sum", "prod"):
+        lower = upper = ""
+        while j < len(s) and s[j] in "_^":
+            arg, k = _group(s, j + 1)
+            lower, upper = (arg, upper) if s[j] == "_" else (lower, arg)
+            j = k
+        limits = lower + (f"..{upper}" if upper else "")
+        return f" {SYMBOLS[name]}" + (f"[{limits.strip()}] " if limits else " "), j
+    return SYMBOLS.get(name, name), j
+
+
+def _parse(s, i):
+    out = []
+    while i < len(s):
+        c = s[i]
+        if c == "}":
+            return "".join(out), i + 1
+        if c == "{":
+            inner, i = _parse(s, i + 1)
+            out.append(inner)
+        elif c == "\\":
+            text, i = _command(s, i)
+            out.append(f" {text} " if text in ("∈", "≤", "≥", "≈", "≠", "→") else text)
+        elif c in "_^":
+            arg, i = _group(s, i + 1)
+            arg = " ".join(arg.split())
+            out.append(c + (arg if _simple(arg) else f"({arg})"))
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), i

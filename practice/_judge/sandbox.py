@@ -13,8 +13,10 @@ A :class:`Server` is started per grade, or kept by ``watch`` and ``all``
 imported once for many grades.
 """
 
+import ast
 import contextlib
 import dataclasses
+import hashlib
 import os
 import pickle
 import shutil
@@ -66,6 +68,7 @@ class Report:
     printed: str = ""
     where: str = ""
     seconds: float = 0.0
+    graded_hash: str = ""  # sha256 of the snapshot that was graded
 
     @property
     def passed(self):
@@ -112,10 +115,31 @@ class Server:
 
 
 def preload_for(exercises, checks_modules=()):
+    """What a fork server for these exercises imports once: torch and RANK_PRELOAD."""
     names = list(TORCH_PRELOAD) if any(ex.ranks for ex in exercises) else []
-    for module in checks_modules:
-        names += [n for n in getattr(module, "RANK_PRELOAD", ()) if n not in names]
+    wanted = [getattr(m, "RANK_PRELOAD", ()) for m in checks_modules]
+    if not checks_modules:
+        wanted = [_rank_preload(ex) for ex in exercises if ex.ranks]
+    for more in wanted:
+        names += [n for n in more if isinstance(n, str) and n not in names]
     return names
+
+
+def _rank_preload(exercise):
+    """``RANK_PRELOAD`` of a checks.py, read without running it."""
+    try:
+        tree = ast.parse(manifest.verified(exercise, "checks.py"))
+    except (manifest.Tampered, OSError, SyntaxError):
+        return ()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == "RANK_PRELOAD" for t in node.targets
+        ):
+            try:
+                return tuple(ast.literal_eval(node.value))
+            except ValueError:
+                return ()
+    return ()
 
 
 def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None, server=None):
@@ -163,6 +187,7 @@ def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None, serve
         client.close()
         report.printed = _excerpt(client.printed())
         report.seconds = time.monotonic() - started
+        report.graded_hash = hashlib.sha256(source).hexdigest()
         return report
     finally:
         if client is not None:
