@@ -143,12 +143,17 @@ def _rank_main(rank, world_size, store_path, worker, args, write_fd, log_path, b
         os._exit(code)
 
 
-def _cpu_ticks(pid):
+def _sample(pid):
+    """(asleep, CPU ticks) of a rank's main thread, from /proc; None if unknown.
+
+    A rank starved of the CPU by a busy machine is runnable ('R'), one reading
+    files is 'D': neither is waiting for a peer. Only 'S' (sleeping) is.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
         fields = stat[stat.rfind(b")") + 2 :].split()
-        return int(fields[11]) + int(fields[12])
+        return fields[0] == b"S", int(fields[11]) + int(fields[12])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -160,7 +165,7 @@ def _collect(ranks, log_dir, busy_s):
     exit_codes = [None] * n
     started = time.monotonic()
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    samples = []  # (time, [ticks of each rank])
+    asleep_since = None  # (when every rank left was first seen asleep, their ticks)
     errors = {}
     first_error_at = None
     while True:
@@ -192,16 +197,15 @@ def _collect(ranks, log_dir, busy_s):
             raise _root_cause(errors, log_dir)
         if errors:
             continue
-        ticks = [None if done[r] else _cpu_ticks(ranks[r][0]) for r in range(n)]
-        samples.append((now, ticks))
-        while len(samples) > 1 and now - samples[1][0] >= HANG_S:
-            samples.pop(0)
-        old = samples[0] if now - samples[0][0] >= HANG_S else None
         waiting = [r for r in range(n) if not done[r]]
-        if old is not None and waiting and now - started > HANG_S:
-            used = [(ticks[r] or 0) - (old[1][r] or 0) for r in waiting]
-            if max(used) <= 0.05 * HANG_S * tick:
+        state = {r: _sample(ranks[r][0]) for r in waiting}
+        if all(state.values()) and all(asleep for asleep, _ in state.values()):
+            asleep_since = asleep_since or (now, {r: t for r, (_, t) in state.items()})
+            used = max(state[r][1] - asleep_since[1].get(r, 0) for r in waiting)
+            if now - asleep_since[0] >= HANG_S and used <= 0.05 * HANG_S * tick:
                 raise RanksStuck(_stacks(ranks, waiting, log_dir), False, now - started)
+        else:
+            asleep_since = None  # someone is running, runnable or reading: progress
         if now - started > busy_s:
             raise RanksStuck(_stacks(ranks, waiting, log_dir), True, now - started)
     results = []

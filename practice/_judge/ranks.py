@@ -19,8 +19,9 @@ imports them once, so no grade does.
 4 times" or "build it from send/recv, not dist.all_reduce". It sees every
 path to a collective: the functions of ``torch.distributed`` and of
 ``distributed_c10d``, the names the reader imported, the process group's
-and its backend's methods, and (through a ``TorchDispatchMode``) the c10d
-operators that all of them end in.
+and its backend's methods, the functional collectives, and the c10d
+operators ``torch.ops.c10d.*``. (Not seen: ``torch.ops._c10d_functional.*``
+called directly, which only code written to get around the spy does.)
 """
 
 import contextlib
@@ -103,6 +104,22 @@ C10D_NAMES = {
     "all_to_all_single": "all_to_all_single",
     "broadcast": "broadcast",
 }
+# torch.distributed._functional_collectives, by torch.distributed name.
+FUNCTIONAL_NAMES = {
+    "all_reduce": "all_reduce",
+    "all_reduce_inplace": "all_reduce",
+    "all_reduce_coalesced": "all_reduce",
+    "all_gather_tensor": "all_gather_into_tensor",
+    "all_gather_tensor_autograd": "all_gather_into_tensor",
+    "all_gather_tensor_inplace": "all_gather_into_tensor",
+    "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+    "reduce_scatter_tensor": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_autograd": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "all_to_all_single": "all_to_all_single",
+    "all_to_all_single_autograd": "all_to_all_single",
+    "broadcast": "broadcast",
+}
 # Methods of ProcessGroup and its backends, and their torch.distributed names.
 METHOD_NAMES = {
     "allreduce": "all_reduce",
@@ -125,8 +142,26 @@ METHOD_NAMES = {
     "recv_anysource": "recv",
     "barrier": "barrier",
 }
-_NOT_COLLECTIVES = ("wait_tensor", "_wrap_tensor_autograd")
 _INSIDE = threading.local()  # depth of spied torch.distributed calls on this thread
+
+
+class _refusing:
+    """An operator packet that refuses: called, or through ``.default``."""
+
+    def __init__(self, name, refuse):
+        self._name, self._refuse = name, refuse
+
+    def __call__(self, *args, **kwargs):
+        self._refuse(self._name)
+
+    def __getattr__(self, overload):
+        return self
+
+    def __iter__(self):
+        return iter(())
+
+    def __contains__(self, item):
+        return False
 
 
 def _hashable(value):
@@ -163,7 +198,6 @@ def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
     import torch
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     spy = DistSpy()
     watched = set(names) | set(forbid)
@@ -222,22 +256,6 @@ def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
 
         return spied
 
-    class Operators(TorchDispatchMode):
-        """The c10d operators that a call through no Python layer reaches."""
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            namespace = getattr(func, "namespace", "")
-            if namespace in ("c10d", "_c10d_functional") and outermost():
-                base = func.__name__.split(".")[0]
-                name = C10D_NAMES.get(base)
-                # Only refusals here: DDP's reducer reaches these operators from C++
-                # too, and those calls are not the reader's to count.
-                if name in forbid:
-                    refuse(name)
-                elif name is None and forbid and base not in _NOT_COLLECTIVES:
-                    refuse(base)
-            return func(*args, **(kwargs or {}))
-
     replacements = {}
     for name in watched:
         original = getattr(dist, name)
@@ -262,10 +280,24 @@ def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
                 original = cls.__dict__[method]
                 saved.append((cls, method, original))
                 setattr(cls, method, wrap_method(name, original))
-    mode = Operators()
+    # The functional collectives (torch.distributed._functional_collectives) and
+    # the c10d operators (torch.ops.c10d.allreduce_, ...): refused if forbidden.
+    import torch.distributed._functional_collectives as functional
+
+    for op, name in FUNCTIONAL_NAMES.items():
+        if name in forbid and hasattr(functional, op):
+            saved.append((functional, op, getattr(functional, op)))
+            setattr(functional, op, _refusing(name, refuse))
+    for op, name in C10D_NAMES.items():
+        if name in forbid:
+            try:
+                original = getattr(torch.ops.c10d, op)
+            except (AttributeError, RuntimeError):
+                continue
+            saved.append((torch.ops.c10d, op, original))
+            setattr(torch.ops.c10d, op, _refusing(name, refuse))
     try:
-        with mode:
-            yield spy
+        yield spy
     finally:
         for target, name, original in reversed(saved):
             if isinstance(target, dict):

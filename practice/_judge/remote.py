@@ -69,9 +69,10 @@ def _failure(type_name, base_name, result):
         except TypeError:  # a built-in whose layout does not mix
             cls = type(type_name, (RemoteFailure,), {})
         _FAILURE_CLASSES[key] = cls
-    exc = _FAILURE_CLASSES[key].__new__(_FAILURE_CLASSES[key])
-    RemoteFailure.__init__(exc, type_name, result)
-    return exc
+    try:
+        return _FAILURE_CLASSES[key](type_name, result)
+    except Exception:  # a built-in whose constructor wants more
+        return RemoteFailure(type_name, result)
 
 
 class RemoteObject:

@@ -256,8 +256,9 @@ def _grade(
         results = run_checks(collect_checks(checks), client.module(), path, guard=guard)
     finally:
         ranks._CURRENT.client = None
-    if client.ended is not None and client.ended.kind in ("output", "crash"):
-        verdict = {"output": "too much output", "crash": "crash"}[client.ended.kind]
+    if client.ended is not None:  # the process ended: that is the news
+        kind = client.ended.kind
+        verdict = {"output": "too much output"}.get(kind, kind)
         return Report(verdict, client.ended.judge_result["message"], results)
     verdict, message = overall(results)
     del names

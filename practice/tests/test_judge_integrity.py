@@ -244,7 +244,12 @@ def test_fake_6_every_path_to_all_reduce_is_refused(tmp_path):
             "c10d._get_default_group()._get_backend(torch.device('cpu'))"
             ".allreduce([tensor]).wait()",
         ),
-        ("operator", "dist.all_reduce.__wrapped__(tensor)"),
+        ("unwrapped", "dist.all_reduce.__wrapped__(tensor)"),
+        (
+            "functional",
+            "import torch.distributed._functional_collectives as fc\n"
+            "    tensor.copy_(fc.all_reduce(tensor, 'sum', c10d._get_default_group()))",
+        ),
     ):
         path = write(tmp_path, RING_FAKE.format(call=call), f"{name}.py")
         report = grade_file(RING, str(path))

@@ -152,11 +152,32 @@ def test_loop_that_swallows_the_alarm_is_killed_at_the_deadline(tmp_path):
     )
     report = grade(BUCKETS, path, time_limit_s=5, check_timeout_s=1)
     assert report.verdict == "timeout"
-    assert "time limit of 5 s" in report.message
+    assert "time limit of 1 s" in report.message
+    assert "did not stop when its alarm rang" in report.message
     assert (
         "the first example of the statement" in report.message
     )  # the check that was running
+    # The judge asked the process for its stack before killing it: the reader's line.
+    assert "in buckets_for_parameters" in first_problem(report)["where"]
     assert report.wall < 30
+
+
+def test_loop_that_ignores_alarm_and_term_shows_its_line(tmp_path):
+    path = write(
+        tmp_path,
+        """        import signal
+        def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            x = 0
+            while True:
+                x += 1
+    """,
+    )
+    report = grade(BUCKETS, path, check_timeout_s=2)
+    assert report.verdict == "timeout"
+    where = first_problem(report)["where"]
+    assert "line 6" in where or "line 7" in where, where
 
 
 def test_infinite_loop_at_import_time(tmp_path):
