@@ -169,7 +169,7 @@ def _load_one(folder, chapters):
         ranks=ranks,
         browser=bool(meta.get("browser", False)),
         time_limit_s=float(meta.get("time_limit_s", 240 if ranks else 60)),
-        check_timeout_s=float(meta.get("check_timeout_s", 90 if ranks else 10)),
+        check_timeout_s=float(meta.get("check_timeout_s", 12 if ranks else 10)),
         dir=folder,
     )
 

@@ -199,7 +199,8 @@ def _collect(ranks, log_dir, busy_s):
             continue
         waiting = [r for r in range(n) if not done[r]]
         state = {r: _sample(ranks[r][0]) for r in waiting}
-        if all(state.values()) and all(asleep for asleep, _ in state.values()):
+        asleep = [state[r] is not None and state[r][0] for r in waiting]
+        if waiting and all(asleep):
             asleep_since = asleep_since or (now, {r: t for r, (_, t) in state.items()})
             used = max(state[r][1] - asleep_since[1].get(r, 0) for r in waiting)
             if now - asleep_since[0] >= HANG_S and used <= 0.05 * HANG_S * tick:

@@ -188,8 +188,13 @@ def print_report(console, ex, report, graded_path, hints_total=0):
     if report.passed:
         console.print(Text(f"PASSED: {report.message}{seconds}", style="bold green"))
         return
+    # Said once: a file that never reached the checks had its message at the top.
+    said = report.message if report.results else ""
     console.print(
-        Text(f"{report.verdict.upper()}: {report.message}{seconds}", style="bold red")
+        Text(
+            f"{report.verdict.upper()}{': ' + said if said else ''}{seconds}",
+            style="bold red",
+        )
     )
     if hints_total:
         console.print(

@@ -33,6 +33,7 @@ def worker(ring_all_reduce, shape, dtype_name, seed):
     g = torch.Generator().manual_seed(seed * 100 + rank)
     data = torch.randn(shape, generator=g, dtype=getattr(torch, dtype_name))
     expected = data.clone()
+    original = data.clone()
     dist.all_reduce(expected)
     with spy_on_dist(
         ["send", "isend"],
@@ -47,8 +48,19 @@ def worker(ring_all_reduce, shape, dtype_name, seed):
         and out.shape == data.shape
         and bool(torch.equal(out, data))
     )
+    returned_sum = (
+        isinstance(out, torch.Tensor)
+        and out.shape == data.shape
+        and bool(torch.allclose(out.to(data.dtype), expected, atol=1e-5))
+    )
+    wrong = ((data - expected).abs() > 1e-5).flatten()
     return {
         "in_place_diff": float((data - expected).abs().max()) if data.numel() else 0.0,
+        "returned_sum": returned_sum,
+        "unchanged": bool(torch.equal(data, original)),
+        "wrong": int(wrong.sum()),
+        "first_wrong": int(wrong.nonzero()[0]) if bool(wrong.any()) else -1,
+        "numel": data.numel(),
         "returned_ok": returned_ok,
         "bytes_sent": spy.bytes("send", "isend"),
         "tensor_bytes": data.numel() * data.element_size(),
@@ -65,10 +77,24 @@ def run(sol, world_size, shape, dtype_name="float32", seed=0):
     results = on_ranks(worker, world_size, sol.ring_all_reduce, shape, dtype_name, seed)
     for rank, r in enumerate(results):
         if r["in_place_diff"] > 1e-5:
+            if r["returned_sum"] or r["unchanged"]:
+                what = (
+                    "the function returned the sum but left the tensor it was "
+                    "given unchanged"
+                    if r["returned_sum"]
+                    else "the tensor it was given is unchanged"
+                )
+                detail = f"{what}: it must be summed in place"
+            else:
+                detail = (
+                    f"{r['wrong']} of its {r['numel']} elements are wrong "
+                    f"afterwards, the first at flat index {r['first_wrong']} "
+                    f"(largest difference {r['in_place_diff']:.3g}): do the chunks "
+                    "cover every element exactly once (the last chunk too)?"
+                )
             fail(
-                f"on rank {rank} the tensor does not hold the sum over all ranks "
-                f"afterwards (largest difference {r['in_place_diff']:.3g}); "
-                "it must be summed in place",
+                f"on rank {rank} the tensor does not hold the sum over all ranks: "
+                + detail,
                 input=shown,
                 expected=r["expected"],
                 got=r["got"],

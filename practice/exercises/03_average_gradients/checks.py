@@ -24,6 +24,7 @@ def worker(average_gradients, seed, freeze):
     mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
     torch.nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
     before = [p.detach().clone() for p in model.parameters()]
+    local = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
     average_gradients(model)
     torch.nn.functional.mse_loss(whole(x), y).backward()
     grad_diff, none_ok = 0.0, True
@@ -43,8 +44,20 @@ def worker(average_gradients, seed, freeze):
     param_change = max(
         float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before)
     )
+    pairs = [
+        (p.grad, q.grad, g)
+        for p, q, g in zip(model.parameters(), whole.parameters(), local)
+        if p.grad is not None and q.grad is not None and g is not None
+    ]
+    # Unchanged: the average was computed but never written back into .grad.
+    unchanged = bool(pairs) and all(torch.equal(p, g) for p, _, g in pairs)
+    # How many times the whole batch's gradient they are (world: a sum, not a mean).
+    dot = sum(float((p * q).sum()) for p, q, _ in pairs)
+    norm = sum(float((q * q).sum()) for _, q, _ in pairs)
     return {
         "grad_diff": grad_diff,
+        "unchanged": unchanged,
+        "ratio": dot / norm if norm else 1.0,
         "none_ok": none_ok,
         "spread": spread,
         "param_change": param_change,
@@ -68,10 +81,25 @@ def run(sol, world, seed=0, freeze=False):
         if r["grad_diff"] > 1e-6:
             fail(
                 f"on rank {rank} the gradients differ from the whole batch's "
-                f"by up to {r['grad_diff']:.3g} (a sum instead of a mean?)",
+                f"by up to {r['grad_diff']:.3g}{_why(r, world)}",
                 input=shown,
             )
     return shown, results
+
+
+def _why(r, world):
+    """What the gradients look like, when that names the mistake."""
+    if r["unchanged"]:
+        return (
+            ": they are still this rank's own gradients. Was the average written "
+            "back into each parameter's .grad (in place, or assigned)?"
+        )
+    if world > 1 and abs(r["ratio"] - world) < 1e-3 * world:
+        return (
+            f": they are {world} times the whole batch's (a sum instead of a mean? "
+            "divide by the number of ranks)"
+        )
+    return ""
 
 
 @check("2 ranks: the gradients equal the whole batch's")

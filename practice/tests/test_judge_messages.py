@@ -1,0 +1,173 @@
+"""Messages that name what happened: one test per message the issue found wrong.
+
+Exercise 03: "a sum instead of a mean" only when the gradients are the
+number of ranks times the right ones, and another message when the average
+never reached ``.grad``. Exercise 01: an off-by-one chunk is not "must be
+summed in place". A busy loop on ranks is not a collective hang, and comes
+back within the check's limit. An empty file: one message. A load error:
+said once.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from _judge import catalog
+from _judge.sandbox import grade_file
+
+PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JUDGE = os.path.join(PRACTICE_DIR, "judge.py")
+EXERCISES = catalog.load_exercises()
+RING = catalog.find(EXERCISES, "01")
+AVERAGE = catalog.find(EXERCISES, "03")
+BUCKETS = catalog.find(EXERCISES, "06")
+
+
+def write(tmp_path, source, name="mine.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def first_problem(report):
+    return next(r for r in report.results if r["status"] != "passed")
+
+
+AVERAGE_BODY = """\
+import torch.distributed as dist
+
+
+def average_gradients(model):
+    n = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            {body}
+"""
+
+
+def test_03_a_sum_is_called_a_sum(tmp_path):
+    path = write(tmp_path, AVERAGE_BODY.format(body="dist.all_reduce(p.grad)"))
+    problem = first_problem(grade_file(AVERAGE, str(path)))
+    assert "a sum instead of a mean" in problem["message"], problem
+
+
+def test_03_an_average_never_written_to_grad_is_not_called_a_sum(tmp_path):
+    body = "g = p.grad.clone()\n            dist.all_reduce(g)\n            g /= n"
+    path = write(tmp_path, AVERAGE_BODY.format(body=body))
+    problem = first_problem(grade_file(AVERAGE, str(path)))
+    assert "sum instead of a mean" not in problem["message"], problem
+    assert "still this rank's own gradients" in problem["message"]
+    assert ".grad" in problem["message"]
+
+
+def test_03_another_wrong_factor_gets_neither_guess(tmp_path):
+    body = "dist.all_reduce(p.grad)\n            p.grad /= 3 * n"
+    path = write(tmp_path, AVERAGE_BODY.format(body=body))
+    problem = first_problem(grade_file(AVERAGE, str(path)))
+    assert "differ from the whole batch's" in problem["message"]
+    assert "sum instead" not in problem["message"]
+    assert "own gradients" not in problem["message"]
+
+
+OFF_BY_ONE = """\
+import torch
+import torch.distributed as dist
+
+
+def ring_all_reduce(tensor):
+    rank, n = dist.get_rank(), dist.get_world_size()
+    if n == 1:
+        return tensor
+    flat = tensor.view(-1)
+    size = flat.numel() // n  # off by one: the remainder is in no chunk
+    chunks = [flat[i * size:(i + 1) * size] for i in range(n)]
+    right, left = (rank + 1) % n, (rank - 1) % n
+
+    def exchange(send_index, recv_index):
+        incoming = torch.empty_like(chunks[recv_index])
+        request = dist.isend(chunks[send_index].contiguous(), right)
+        dist.recv(incoming, left)
+        request.wait()
+        return incoming
+
+    for step in range(n - 1):
+        s, r = (rank - step) % n, (rank - step - 1) % n
+        chunks[r] += exchange(s, r)
+    for step in range(n - 1):
+        s, r = (rank - step + 1) % n, (rank - step) % n
+        chunks[r].copy_(exchange(s, r))
+    return tensor
+"""
+
+
+def test_01_an_off_by_one_chunk_is_not_called_not_in_place(tmp_path):
+    path = write(tmp_path, OFF_BY_ONE)
+    report = grade_file(RING, str(path))
+    problem = first_problem(report)
+    assert problem["status"] == "failed", problem
+    assert "in place" not in problem["message"], problem
+    assert "chunks cover every element" in problem["message"]
+
+
+def test_01_a_sum_not_written_in_place_is_called_so(tmp_path):
+    path = write(
+        tmp_path,
+        """\
+        import torch.distributed as dist
+
+        def ring_all_reduce(tensor):
+            out = tensor.clone()
+            for peer in range(dist.get_world_size()):
+                pass
+            gathered = [tensor.clone() for _ in range(dist.get_world_size())]
+            total = sum(gathered)  # not a sum over ranks, and not in place
+            return total
+        """,
+    )
+    problem = first_problem(grade_file(RING, str(path)))
+    assert "must be summed in place" in problem["message"], problem
+
+
+def test_a_busy_loop_on_ranks_is_not_called_a_hang(tmp_path):
+    path = write(
+        tmp_path,
+        """\
+        def average_gradients(model):
+            x = 0
+            while True:
+                x += 1
+        """,
+    )
+    report = grade_file(AVERAGE, str(path), check_timeout_s=6)
+    problem = first_problem(report)
+    assert problem["status"] == "timeout", problem
+    assert "hung" not in problem["message"] and "busy" in problem["message"]
+    assert "line 4" in problem["where"] or "line 3" in problem["where"], problem
+
+
+def test_an_empty_file_is_one_message(tmp_path):
+    path = write(tmp_path, "")
+    report = grade_file(BUCKETS, str(path))
+    assert report.verdict == "load error" and "empty" in report.message
+    assert report.results == []
+
+
+def test_a_missing_function_is_said_once(tmp_path):
+    path = write(tmp_path, "# nothing here yet\n")
+    report = grade_file(BUCKETS, str(path))
+    said = [r for r in report.results if "defines no" in r.get("message", "")]
+    assert len(said) == 1, report.results
+
+
+def test_a_load_error_is_printed_once(tmp_path):
+    path = write(tmp_path, "import no_such_module_anywhere\n")
+    out = subprocess.run(
+        [sys.executable, JUDGE, "06", "--file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JUDGE_HOME": str(tmp_path)},
+    )
+    assert out.returncode == 1
+    assert out.stdout.count("an import in your file failed") == 1, out.stdout
