@@ -107,7 +107,7 @@ def test_the_page_lists_every_exercise_from_the_metadata(page):
             f"no section labelled {ex.label}"
         )
         heading = page.locator(f"xpath=//*[@id='{ex.label}']/following::h2[1]")
-        assert f"{ex.number} · {ex.title}" in heading.inner_text().replace(
+        assert f"{ex.short} · {ex.title}" in heading.inner_text().replace(
             "\u2019", "'"
         )  # smart quotes
     editors = page.locator(".practice-editor")

@@ -119,8 +119,8 @@ def _local_note(ex):
             "This exercise runs on several `torch.distributed` ranks, so the judge "
             f"grades it locally: edit `practice/workspace/{ex.id}.py` (created from "
             "the starter on first use) and run "
-            f"`python practice/judge.py {ex.number}`. "
-            f"Hints: `python practice/judge.py hint {ex.number}`.",
+            f"`python practice/judge.py {ex.short}`. "
+            f"Hints: `python practice/judge.py hint {ex.short}`.",
             ":::",
         ]
     )
@@ -136,7 +136,8 @@ def render(app):
     for ex in exercises:
         where = "in this page or locally" if ex.browser else "locally (ranks)"
         out.append(
-            f"| {ex.number} | {{ref}}`{ex.title} <{ex.label}>` | {ex.chapter} "
+            f"| {ex.short} ({ex.number}) | {{ref}}`{ex.title} <{ex.label}>` "
+            f"| {ex.chapter} "
             f"| {ex.difficulty} | {where} |"
         )
     out.append("")
@@ -157,9 +158,10 @@ def render(app):
         )
         out += [
             f"({ex.label})=",
-            f"## {ex.number} · {ex.title}",
+            f"## {ex.short} · {ex.title}",
             "",
-            f"{chapter} · **{ex.difficulty}** · `python practice/judge.py {ex.number}`",
+            f"{chapter} · **{ex.difficulty}** · `python practice/judge.py {ex.short}` "
+            f"(folder {ex.id})",
             "",
             _statement(ex),
             "",

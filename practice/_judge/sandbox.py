@@ -45,6 +45,7 @@ TORCH_PRELOAD = (
     "torch.distributed",
     "torch.nn",
     "torch.optim",
+    "torch.distributed._functional_collectives",
     "_judge.ranks",
     "_judge.forkranks",
     "_judge.child",
