@@ -181,6 +181,18 @@ class _Output:
 
 
 def main(argv=None):
+    from _judge import server
+
+    # Anything the reader's code detaches comes back to this process if the fork
+    # server is gone; it is killed on the way out.
+    server.become_subreaper()
+    try:
+        return _main(argv)
+    finally:
+        server.kill_descendants()
+
+
+def _main(argv=None):
     sys.stdout = _Output(sys.stdout)
     console = report.make_console()
     try:

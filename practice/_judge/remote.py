@@ -230,6 +230,12 @@ class Client:
             if result.get("status") not in ALLOWED_STATUSES:
                 result["status"] = "error"
             result["message"] = str(result.get("message", type_name))
+            if result["status"] == "timeout" and "alarm" not in result["message"]:
+                result["message"] = (  # the alarm knew the time left, not the limit
+                    f"your code ran past the time limit of {self.check_timeout_s:g} s "
+                    f"during {self.what}: an infinite loop, or a loop whose end "
+                    "condition is never met?"
+                )
             raise _failure(str(type_name), str(base_name), result)
         raise self._end("exit", None)
 

@@ -39,6 +39,7 @@ OUTPUT_CAP_BYTES = 4 * 1024 * 1024  # more than this much printing is a runaway 
 # Address space for exercises without torch (torch alone maps more than this; rank
 # exercises get no cap).
 MEMORY_CAP_BYTES = 1024 * 1024 * 1024
+SERVER_START_S = 180.0  # a cold fork server imports torch first: slow on a busy machine
 SHOWN_OUTPUT_CHARS = 1500  # how much of what the reader's code printed a report shows
 TORCH_PRELOAD = (
     "torch",
@@ -228,7 +229,8 @@ def _grade(
     )
     client.check_timeout_s = check_timeout_s
     try:
-        hello = client.receive(10.0 + check_timeout_s)
+        # The fork server may still be importing torch (not the reader's code).
+        hello = client.receive(SERVER_START_S)
         if hello[0] == "hello":
             client.pid = int(hello[1])
             hello = client.receive(check_timeout_s + 2.0)
