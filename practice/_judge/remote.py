@@ -230,7 +230,7 @@ class Client:
             if result.get("status") not in ALLOWED_STATUSES:
                 result["status"] = "error"
             result["message"] = str(result.get("message", type_name))
-            if result["status"] == "timeout" and "alarm" not in result["message"]:
+            if result["message"].startswith("your code ran past its time limit"):
                 result["message"] = (  # the alarm knew the time left, not the limit
                     f"your code ran past the time limit of {self.check_timeout_s:g} s "
                     f"during {self.what}: an infinite loop, or a loop whose end "
