@@ -191,10 +191,7 @@ class Client:
         return value
 
     def on_ranks(self, worker, world_size, args, timeout_s):
-        value, _ = self._ask(
-            ("ranks", 0, worker.__module__, worker.__qualname__, world_size, args),
-            limit_s=timeout_s,
-        )
+        value, _ = self._ask(("ranks", 0, worker, world_size, args), limit_s=timeout_s)
         return value
 
     # -- the wire -----------------------------------------------------------
@@ -212,7 +209,9 @@ class Client:
             raise self.ended
         seconds = self._time_left(limit_s)
         buf = io.BytesIO()
-        _JudgePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((*request, seconds))
+        _judge_pickler()(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(
+            (*request, seconds)
+        )
         data = buf.getvalue()
         try:
             self.sock.sendall(wire._HEADER.pack(len(data)) + data)
@@ -312,8 +311,15 @@ class Client:
 
     def _end(self, kind, returncode, message=None):
         """The process is gone (or must go): say how, in the words of the verdict."""
-        if returncode is None:
-            returncode = self._wait_for_end()
+        if returncode is None:  # it broke the protocol: the judge stops it
+            self._wait_for_end()
+            returncode = 0 if kind == "exit" else None
+            message = message or (
+                f"the process running your code stopped answering during {self.what} "
+                "(its connection to the judge closed, or something else wrote on "
+                "it): does your code call os._exit(), or write to file descriptors "
+                "it did not open?"
+            )
         if kind == "output" or returncode == -getattr(signal, "SIGXFSZ", 25):
             kind = "output"
             message = (
@@ -404,11 +410,25 @@ class Client:
             return ""
 
 
-class _JudgePickler(pickle.Pickler):
-    def persistent_id(self, obj):
-        if isinstance(obj, RemoteObject):
-            return ("h", object.__getattribute__(obj, "_key"))
-        return None
+def _judge_pickler():
+    """The judge's pickler: the reader's objects go as their handles.
+
+    Checks' functions go by name, lambdas by value (cloudpickle, where installed).
+    """
+    try:
+        import cloudpickle
+
+        base = cloudpickle.CloudPickler
+    except ImportError:
+        base = pickle.Pickler
+
+    class JudgePickler(base):
+        def persistent_id(self, obj):
+            if isinstance(obj, RemoteObject):
+                return ("h", object.__getattribute__(obj, "_key"))
+            return None
+
+    return JudgePickler
 
 
 def _tensor(dtype, shape, values):
