@@ -212,7 +212,6 @@ def _load_checks(exercise, source):
 def _grade(
     exercise, client, checks, checks_source, source, path, check_timeout_s, time_limit_s
 ):
-    names = [c.check_name for c in collect_checks(checks)]
     wire.send(
         client.sock,
         {
@@ -264,7 +263,6 @@ def _grade(
         verdict = {"output": "too much output"}.get(kind, kind)
         return Report(verdict, client.ended.judge_result["message"], results)
     verdict, message = overall(results)
-    del names
     return Report(verdict, message, results)
 
 

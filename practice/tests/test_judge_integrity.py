@@ -276,3 +276,22 @@ def test_progress_written_outside_the_judge_is_not_counted(tmp_path):
         env={**os.environ, "JUDGE_HOME": str(tmp_path)},
     ).stdout
     assert "Progress: 0 of" in out and "changed outside the judge" in out
+
+
+def test_every_check_and_rank_grades_one_snapshot(tmp_path):
+    """A save during grading changes nothing: the file is read once.
+
+    Here the file itself overwrites itself with a broken version while it loads;
+    every check (and every rank) still grades what was read.
+    """
+    average = catalog.find(EXERCISES, "03")
+    solution = open(average.path("solution.py"), encoding="utf-8").read()
+    path = tmp_path / "mine.py"
+    path.write_text(
+        "with open(__file__, 'w') as f:\n"
+        "    f.write('def average_gradients(model):\\n    raise ValueError')\n"
+        + solution
+    )
+    report = grade_file(average, str(path))
+    assert report.passed, report.results
+    assert "raise ValueError" in path.read_text()  # it did change on disk
