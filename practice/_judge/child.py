@@ -47,7 +47,17 @@ def limit_resources(output_cap_bytes, memory_cap_bytes):
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if memory_cap_bytes:  # a list that grows forever: MemoryError, not swapping
-        resource.setrlimit(resource.RLIMIT_AS, (memory_cap_bytes, memory_cap_bytes))
+        # On top of what is mapped already (a warm fork server may hold torch).
+        cap = memory_cap_bytes + _mapped_bytes()
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _mapped_bytes():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 @contextlib.contextmanager
@@ -176,7 +186,7 @@ class Child:
                 elif kind == "call":
                     args, kwargs = rest[0], rest[1]
                     value = obj(*args, **kwargs)
-                    mutable = (list, dict, set, bytearray)
+                    mutable = (list, dict, set, bytearray) + _tensor_types()
                     after = [a if isinstance(a, mutable) else None for a in args]
                     self.reply("ok", value, after)
                 elif kind == "op":
@@ -193,6 +203,11 @@ class Child:
                     self.reply("ok", value, ())
         except BaseException as e:  # whatever the reader's code raised
             self.fail(e, "call")
+
+
+def _tensor_types():
+    torch = sys.modules.get("torch")
+    return (torch.Tensor,) if torch is not None else ()
 
 
 _OPS = {
