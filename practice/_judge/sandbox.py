@@ -39,6 +39,7 @@ OUTPUT_CAP_BYTES = 4 * 1024 * 1024  # more than this much printing is a runaway 
 # Address space for exercises without torch (torch alone maps more than this; rank
 # exercises get no cap).
 MEMORY_CAP_BYTES = 1024 * 1024 * 1024
+LOAD_LIMIT_S = 10.0  # loading a file defines functions: longer is a loop at the top
 SERVER_START_S = 180.0  # a cold fork server imports torch first: slow on a busy machine
 SHOWN_OUTPUT_CHARS = 1500  # how much of what the reader's code printed a report shows
 TORCH_PRELOAD = (
@@ -220,7 +221,7 @@ def _grade(
             "checks_source": checks_source,
             "path": path,
             "source": source,
-            "check_timeout_s": check_timeout_s,
+            "check_timeout_s": min(check_timeout_s, LOAD_LIMIT_S),
             "output_cap": OUTPUT_CAP_BYTES,
             "memory_cap": 0 if exercise.ranks else MEMORY_CAP_BYTES,
             "preload": list(getattr(checks, "RANK_PRELOAD", ())),
@@ -232,7 +233,8 @@ def _grade(
         hello = client.receive(SERVER_START_S)
         if hello[0] == "hello":
             client.pid = int(hello[1])
-            hello = client.receive(check_timeout_s + 2.0)
+            client.check_timeout_s = min(check_timeout_s, LOAD_LIMIT_S)
+            hello = client.receive(client.check_timeout_s + 2.0)
         if hello[0] == "load_error":
             problem = hello[1]
             return Report(
