@@ -15,6 +15,7 @@ batch and this rank's sample indices), ``crash`` and ``done``. The chapter
 reads its timings and its lost steps from these lines.
 """
 
+import collections
 import contextlib
 import json
 import os
@@ -168,6 +169,33 @@ def effective_steps(events):
         elif e["event"] == "step":
             kept[e["step"]] = e
     return kept
+
+
+def samples_seen(events_by_rank):
+    """How often each sample went into the final model: a ``Counter`` over ranks."""
+    seen = collections.Counter()
+    for events in events_by_rank.values():
+        for e in effective_steps(events).values():
+            seen.update(e["samples"])
+    return seen
+
+
+def data_errors(run, reference):
+    """Samples a run read more often (repeated) and less often (skipped) than
+    the reference did: ``(repeated, skipped)``, counted with multiplicity."""
+    a, b = samples_seen(run), samples_seen(reference)
+    return sum((a - b).values()), sum((b - a).values())
+
+
+def crash_then_resume(out, restore, crash_at=13, **kwargs):
+    """On every rank: train until ``crash_at``, stop, then resume as a fresh run.
+
+    The crash simulated in one process (for ``mylib.run_ranks``): the second
+    :func:`train` builds everything anew and reseeds as a new process would,
+    and loads only the pieces named in ``restore`` from the newest checkpoint.
+    """
+    train(out, crash_at=crash_at, crash="stop", **kwargs)
+    return train(out, restore=restore, **kwargs)
 
 
 def restart_timings(events):
