@@ -72,7 +72,11 @@ def waste_fraction(interval, cost, mtbf, restart=0.0):
         raise ValueError(
             f"need interval > 0 and restart >= 0, got {interval!r} and {restart!r}"
         )
-    return min(1.0, cost / interval + (restart + interval / 2.0) / mtbf)
+    return min(1.0, _waste(interval, cost, mtbf, restart))
+
+
+def _waste(interval, cost, mtbf, restart):
+    return cost / interval + (restart + interval / 2.0) / mtbf
 
 
 def lost_per_day(interval, cost, mtbf, restart=0.0):
@@ -92,7 +96,7 @@ def best_interval_numeric(cost, mtbf, restart=0.0, lo=None, hi=None, points=4000
     best = None
     for i in range(points + 1):
         t = lo * (hi / lo) ** (i / points)
-        w = waste_fraction(t, cost, mtbf, restart)
+        w = _waste(t, cost, mtbf, restart)  # uncapped: a slope everywhere
         if best is None or w < best[1]:
             best = (t, w)
     return best[0]
