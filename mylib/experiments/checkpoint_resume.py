@@ -11,7 +11,8 @@ Every rank appends what happened to ``out/events-rank{r}.jsonl`` (one JSON
 object a line, wall-clock time ``t``): ``start`` (the process began, before
 torch was imported, if the script passes ``t_start``), ``group`` (the process
 group is up), ``resumed``, one ``step`` per step (its loss on the global
-batch and this rank's sample indices), ``crash`` and ``done``. The chapter
+batch and this rank's sample indices), ``saved`` (seconds, and bytes on rank
+0), ``crash`` and ``done``. The chapter
 reads its timings and its lost steps from these lines.
 """
 
@@ -136,7 +137,11 @@ def train(
                     os.kill(os.getppid(), signal.SIGKILL)
                 os._exit(1)
         if step % every == 0:
-            save_checkpoint(ckpt_dir, step, model, opt, sampler)
+            t0 = time.perf_counter()
+            saved = save_checkpoint(ckpt_dir, step, model, opt, sampler)
+            seconds = time.perf_counter() - t0
+            size = os.path.getsize(saved) if rank == 0 else 0
+            log(out, "saved", step=step, seconds=seconds, bytes=size)
     if rank == 0:
         torch.save(
             {"model": model.module.state_dict(), "optimizer": opt.state_dict()},

@@ -85,17 +85,20 @@ def _wait_all(procs, timeout_s):
     return [p.returncode for p in procs]
 
 
-def run_restart(script, out, script_args=(), timeout_s=180):
+def run_restart(
+    script, out, script_args=(), nproc=2, max_restarts=1, timeout_s=180, log="agent"
+):
     """``torchrun --nproc-per-node=2 --max-restarts=1`` on a fresh c10d endpoint.
 
-    Returns ``(exit code, agent log text)``; the log is also in ``out/agent.log``.
+    Runs ``script out *script_args``. Returns ``(exit code, agent log text)``;
+    the log is also in ``out/{log}.log``.
     """
     os.makedirs(out, exist_ok=True)
-    log_path = os.path.join(out, "agent.log")
+    log_path = os.path.join(out, f"{log}.log")
     args = [
         torchrun(),
-        "--nproc-per-node=2",
-        "--max-restarts=1",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint=127.0.0.1:{free_port()}",
         str(script),
