@@ -11,18 +11,24 @@ bit, the restarted run must find everything that decides the next step:
 * the random number generators of every rank (dropout draws from them);
 * the step counter.
 
+And the restarted group must not meet the dead one: :func:`init_for_restarts`
+joins the process group under a key prefix of its own restart attempt.
+
 :func:`save_checkpoint` gathers the ranks' generator states to rank 0, which
 writes one file *atomically*: to a temporary name, flushed to disk, then
 renamed. A crash in the middle of a save leaves the previous checkpoint
 intact, never half a file. :func:`load_checkpoint` puts everything back.
 """
 
+import datetime
 import os
 import random
 import sys
 
 import torch
 import torch.distributed as dist
+
+from mylib.launch import current_device
 
 PREFIX, SUFFIX = "step", ".pt"
 
@@ -208,6 +214,50 @@ def load_checkpoint(path, model, optimizer, sampler, restore=("data", "rng")):
     if "rng" in restore and world == ckpt["world_size"]:
         set_rng_state(ckpt["rng"][rank])
     return ckpt["step"]
+
+
+def init_for_restarts(timeout_s=300.0):
+    """Join the group ``torchrun`` describes, in a namespace of this restart attempt.
+
+    Like :func:`mylib.init_from_env`, with one difference that matters once
+    ``--max-restarts`` is used. With the c10d rendezvous the agent keeps one
+    TCP store for all rounds (``_shared_tcp_store_server`` in
+    ``DynamicRendezvousHandler.next_rendezvous``,
+    ``torch/distributed/elastic/rendezvous/dynamic_rendezvous.py``), so the keys
+    the dead group wrote (gloo's addresses of each rank) are still there when
+    the restarted group starts, and a restarted rank may read a dead peer's
+    address before the new peer overwrites it ("Connection refused"). Here
+    every key goes under ``attempt{TORCHELASTIC_RESTART_COUNT}/``.
+    Returns ``(rank, world_size, device)``.
+    """
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            raise RuntimeError(
+                f"environment variable {var} is not set: start this script with "
+                "`torchrun --nproc-per-node=N --max-restarts=K script.py`"
+            )
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    timeout = datetime.timedelta(seconds=timeout_s)
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world,
+        is_master=rank == 0 and not agent_hosts,
+        timeout=timeout,
+    )
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"attempt{attempt}/", store),
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+    )
+    return rank, world, current_device()
 
 
 def _rank_world():

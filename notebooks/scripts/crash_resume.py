@@ -13,7 +13,7 @@ t_start = time.time()  # before importing torch: the restart's cost includes it
 
 import argparse  # noqa: E402
 
-from mylib import init_from_env  # noqa: E402
+from mylib.checkpoint import init_for_restarts  # noqa: E402
 from mylib.experiments.checkpoint_resume import train  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -21,7 +21,7 @@ parser.add_argument("out")
 parser.add_argument("--crash-at", type=int, default=None)
 parser.add_argument("--restore", default="data,rng", help="or 'data', 'rng', ''")
 args = parser.parse_args()
-init_from_env(timeout_s=60)
+init_for_restarts(timeout_s=60)
 train(
     args.out,
     crash_at=args.crash_at,

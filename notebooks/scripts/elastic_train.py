@@ -17,14 +17,14 @@ t_start = time.time()  # before importing torch: the restart's cost includes it
 import argparse  # noqa: E402
 import os  # noqa: E402
 
-from mylib import init_from_env  # noqa: E402
+from mylib.checkpoint import init_for_restarts  # noqa: E402
 from mylib.experiments.checkpoint_resume import train  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out")
 parser.add_argument("--kill-at", type=int, default=None)
 args = parser.parse_args()
-rank, world, _ = init_from_env(timeout_s=60)
+rank, world, _ = init_for_restarts(timeout_s=60)
 doomed = os.environ.get("ELASTIC_NODE") == "B"
 train(
     args.out,
