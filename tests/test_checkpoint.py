@@ -164,3 +164,11 @@ def test_load_refuses_unknown_pieces(tmp_path):
         from mylib.checkpoint import load_checkpoint
 
         load_checkpoint(tmp_path / "x.pt", None, None, None, restore=("optimizer",))
+
+
+def test_init_for_restarts_says_how_to_start_the_script(monkeypatch):
+    from mylib.checkpoint import init_for_restarts
+
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(RuntimeError, match="--max-restarts"):
+        init_for_restarts()
