@@ -47,6 +47,9 @@ def worker(PerParameterDDP, seed, freeze):
     out = {"steps": [], "trainable": trainable, "frozen_ok": True}
     with spy_on_dist(["all_reduce"], reader_functions=[PerParameterDDP]) as spy:
         ddp = PerParameterDDP(model)
+        out["started_equal"] = all(
+            torch.equal(p, q) for p, q in zip(model.parameters(), whole.parameters())
+        )
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         opt_whole = torch.optim.SGD(whole.parameters(), lr=0.1)
         torch.manual_seed(100 + seed)
@@ -60,7 +63,7 @@ def worker(PerParameterDDP, seed, freeze):
             ddp.finish_gradient_sync()
             in_finish = spy.count("all_reduce") - after_backward
             torch.nn.functional.mse_loss(whole(x), y).backward()
-            grad_diff = 0.0
+            grad_diff, sum_diff = 0.0, 0.0
             for p, q in zip(model.parameters(), whole.parameters()):
                 if q.grad is None:
                     out["frozen_ok"] &= p.grad is None
@@ -68,6 +71,9 @@ def worker(PerParameterDDP, seed, freeze):
                     grad_diff = float("inf")
                 else:
                     grad_diff = max(grad_diff, float((p.grad - q.grad).abs().max()))
+                    sum_diff = max(
+                        sum_diff, float((p.grad - world * q.grad).abs().max())
+                    )
             out["steps"].append(
                 {
                     "in_backward": after_backward - before,
@@ -76,6 +82,7 @@ def worker(PerParameterDDP, seed, freeze):
                     else seen["at_first"] - before,
                     "in_finish": in_finish,
                     "grad_diff": grad_diff,
+                    "a_sum": world > 1 and sum_diff <= 1e-6,
                 }
             )
             for o in (opt, opt_whole):
@@ -104,6 +111,13 @@ def results(sol, world):
 
 def averaged(sol, world):
     shown, ranks = results(sol, world)
+    for rank, r in enumerate(ranks):  # first: a wrong start explains the rest
+        if not r["started_equal"]:
+            fail(
+                f"after PerParameterDDP(model), rank {rank}'s weights are not rank "
+                "0's: broadcast every parameter from rank 0 in __init__",
+                input=shown,
+            )
     for rank, r in enumerate(ranks):
         if not r["frozen_ok"]:
             fail(
@@ -118,16 +132,17 @@ def averaged(sol, world):
                     "gradient after finish_gradient_sync()",
                     input=shown,
                 )
+            if s["grad_diff"] > 1e-6 and s["a_sum"]:
+                fail(
+                    f"on rank {rank}, step {step}, the gradients are the sum over "
+                    "ranks, not the mean: divide by the world size",
+                    input=shown,
+                )
             if s["grad_diff"] > 1e-6:
                 fail(
                     f"on rank {rank}, step {step}, the gradients differ from the whole "
                     f"batch's by up to {s['grad_diff']:.3g} after "
-                    "finish_gradient_sync()"
-                    + (
-                        ": did every rank start from rank 0's weights (broadcast)?"
-                        if step == 1 and rank > 0
-                        else ""
-                    ),
+                    "finish_gradient_sync()",
                     input=shown,
                 )
         if r["weight_diff"] > 1e-6:
