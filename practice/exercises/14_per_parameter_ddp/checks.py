@@ -45,7 +45,9 @@ def worker(PerParameterDDP, seed, freeze):
         lambda p: seen.__setitem__("at_first", spy.count("all_reduce"))
     )
     out = {"steps": [], "trainable": trainable, "frozen_ok": True}
-    with spy_on_dist(["all_reduce"], reader_functions=[PerParameterDDP]) as spy:
+    with spy_on_dist(
+        ["all_reduce"], reader_functions=[PerParameterDDP.__init__]
+    ) as spy:
         ddp = PerParameterDDP(model)
         out["started_equal"] = all(
             torch.equal(p, q) for p, q in zip(model.parameters(), whole.parameters())

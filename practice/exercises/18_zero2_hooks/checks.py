@@ -75,7 +75,7 @@ def worker(Zero2SGD, seed):
         spy_on_dist(
             ["reduce_scatter_tensor", "reduce_scatter"],
             forbid=["all_reduce"],
-            reader_functions=[Zero2SGD],
+            reader_functions=[Zero2SGD.__init__],
             why="in ZeRO-2 a rank receives only its shard of the gradient "
             "(reduce_scatter_tensor), never the whole of it",
         ) as spy,

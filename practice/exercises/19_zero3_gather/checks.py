@@ -77,7 +77,7 @@ def worker(ShardedLinear, seed):
     with spy_on_dist(
         names,
         forbid=["all_reduce", "broadcast"],
-        reader_functions=[ShardedLinear],
+        reader_functions=[ShardedLinear.__init__],
         why="in ZeRO-3 parameters travel by all-gather and gradients by reduce-scatter",
     ) as spy:
         sharded = [ShardedLinear(u) for u in units]
@@ -115,7 +115,7 @@ def worker(ShardedLinear, seed):
         spy_on_dist(
             names,
             forbid=["all_reduce", "broadcast"],
-            reader_functions=[ShardedLinear],
+            reader_functions=[ShardedLinear.__init__],
             why="in ZeRO-3 parameters travel by all-gather and gradients by "
             "reduce-scatter",
         ) as spy,
