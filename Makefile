@@ -41,6 +41,7 @@ book: $(STAMP) $(VENDOR)
 
 test: $(STAMP) $(VENDOR)
 	$(MAKE) lint
+	$(BIN)/python tests/chapter_budget.py
 	$(MAKE) test-unit
 	$(MAKE) test-practice
 	$(MAKE) test-notebooks
