@@ -51,7 +51,8 @@ def main(argv):
         with open(path, encoding="utf-8") as f:
             stored = json.load(f)
         want = normalized(stored, spec)
-        if json.loads(nbformat.writes(want)) != stored:
+        # compared as nbformat writes them (a string or its list of lines alike)
+        if nbformat.writes(want) != nbformat.writes(nbformat.from_dict(stored)):
             differ.append(path)
             if not check:
                 nbformat.write(want, path)
