@@ -64,8 +64,12 @@ def measure(tab):
     warm_input, warm_render = [], []
     for i in range(WARM_MOVES):
         renders = int(fig.get_attribute("data-renders"))
-        if i % 8 == 0:  # back and forth, so every move changes the value
-            key = "ArrowLeft" if key == "ArrowRight" else "ArrowRight"
+        # back and forth between the ends, so that every move changes the value
+        at = slider.evaluate(
+            "e => Number(e.value) >= Number(e.max) ? 1 : "
+            "Number(e.value) <= Number(e.min) ? -1 : 0"
+        )
+        key = "ArrowLeft" if at == 1 else "ArrowRight" if at == -1 else key
         slider.press(key)
         _wait_drawn(tab, fig, renders)
         value = slider.input_value()

@@ -180,15 +180,17 @@
   function preload() {
     var figures = document.querySelectorAll(".livefig[data-module]");
     if (!figures.length) return;
-    var names = {}, modules = {};
+    var names = {};
     figures.forEach(function (fig) {
       JSON.parse(fig.dataset.modules).forEach(function (n) { names[n] = true; });
-      modules[fig.dataset.module] = true;
     });
     loadPython().then(function (py) {
       return loadModules(py, Object.keys(names)).then(function () {
-        renderPositions(py);
-        Object.keys(modules).forEach(function (m) { py.pyimport(m).destroy(); });
+        // Draw each figure once, unseen: its modules are imported and its code
+        // has run, so the reader's first move costs what any later one does.
+        figures.forEach(function (fig) {
+          renderPositions(py)(fig.dataset.module, fig.dataset.function, fig.dataset.sliders, "{}");
+        });
         setPythonState("ready");
       });
     }).catch(function (err) { setPythonState("error"); console.error("livefig: " + err); });
