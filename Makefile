@@ -1,16 +1,17 @@
 # Data Parallel from Scratch: two commands do all the set-up.
-#   make book   build the static site (creates .venv from requirements.txt if needed)
+#   make book   build the static site (creates .venv from requirements-lock.txt if needed)
 #   make test   the same set-up, then every test
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := requirements-lock.txt
 VENDOR := vendor/.stamp
 NB_SANITIZE := tests/nbval_sanitize.cfg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup practice-manifest book test lint format test-unit test-notebooks test-book test-browser test-practice lab bench notebooks clean help
+.PHONY: setup practice-manifest book test lint format test-unit test-notebooks test-book test-browser test-practice lab bench notebooks lock clean help
 
 help:
 	@echo "make setup  - create the Python environment (.venv) alone: enough for the judge"
@@ -20,13 +21,16 @@ help:
 	@echo "make bench  - benchmarks: MyDDP vs PyTorch DDP, timeline model vs measurement (gloo, emulated link)"
 	@echo "make notebooks - re-execute every notebook and save its outputs"
 	@echo "make lint   - ruff check and ruff format --check (make format fixes the format)"
+	@echo "make lock   - pin every package requirements.txt brings in ($(LOCK))"
 
-# The virtual environment is rebuilt whenever requirements.txt changes.
-$(STAMP): requirements.txt pyproject.toml
+# The virtual environment is installed from the lock (exact versions of
+# everything requirements.txt brings in), again whenever either changes.
+$(STAMP): $(LOCK) requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
-	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q -r $(LOCK)
 	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python book/_ext/write_lock.py --check requirements.txt $(LOCK)
 	@touch $@
 
 # The environment alone (the judge, the notebooks): `python practice/judge.py` then
@@ -37,6 +41,16 @@ setup: $(STAMP)
 # After changing an exercise's files: the judge refuses files that differ from it.
 practice-manifest:
 	$(PYTHON) practice/_judge/manifest.py
+
+# pip's own resolver writes the lock (book/_ext/write_lock.py says why): it keeps
+# the versions the lock pins, unless UPGRADE=1.
+lock:
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --dry-run --ignore-installed \
+	  --report $(VENV)/lock-report.json -r requirements.txt \
+	  $(if $(UPGRADE),,$(if $(wildcard $(LOCK)),-c $(LOCK)))
+	$(BIN)/python book/_ext/write_lock.py $(VENV)/lock-report.json > $(LOCK).new
+	mv $(LOCK).new $(LOCK)
 
 # JavaScript the site serves itself (widgets, Pyodide), from the npm registry.
 $(VENDOR): book/vendor.sh
@@ -51,6 +65,7 @@ book: $(STAMP) $(VENDOR)
 
 test: $(STAMP) $(VENDOR)
 	$(MAKE) lint
+	$(BIN)/python tests/chapter_budget.py
 	$(MAKE) test-unit
 	$(MAKE) test-practice
 	$(MAKE) test-notebooks
@@ -86,10 +101,13 @@ test-book: $(STAMP) $(VENDOR)
 test-browser: $(STAMP)
 	$(BIN)/python -m pytest -q tests -m browser -p no:cacheprovider -rs
 
+# Then each notebook gets the kernelspec JupyterLab writes, so that opening it
+# in `make lab` does not mark it modified (book/_ext/lab_notebooks.py).
 notebooks: $(STAMP)
 	for nb in notebooks/*.ipynb; do \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
 	done
+	$(BIN)/python book/_ext/lab_notebooks.py notebooks/*.ipynb
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks

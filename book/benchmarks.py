@@ -3,10 +3,13 @@
 Its directive ``{bench-results}`` shows ``make bench``'s figures.
 
 ``make bench`` measures on the reader's machine and writes one JSON file per
-benchmark into ``bench-results/`` (gitignored). The page must show those
-figures, not numbers typed by an author on another machine, so the directive
-reads the files at build time and renders each as a section: the machine it
-ran on, and its tables. With no results yet it says how to make them.
+benchmark into ``bench-results/`` (gitignored). The page must show figures
+measured, not numbers typed, so the directive reads the files at build time.
+A reference run, made by ``make bench`` on the machine the book is tested on
+and committed in ``book/bench-reference/`` (same format, with its machine and
+date), is always shown, so that the published site has figures; the reader's
+own run, when ``bench-results/`` exists, is shown beside it, benchmark by
+benchmark. Without one, the page says how to make it.
 
 Result file format (what ``tests/bench.py`` writes)::
 
@@ -32,6 +35,7 @@ from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 
 RESULTS_DIR = "bench-results"
+REFERENCE_DIR = "book/bench-reference"
 
 
 def _fmt(value):
@@ -109,15 +113,27 @@ def _tables_of(result):
     return tables
 
 
-def render_result(result, filename, document):
+def _title(result, filename):
+    return result.get("title") or os.path.splitext(filename)[0].replace("_", " ")
+
+
+def render_result(result, filename, document, results_dir=RESULTS_DIR):
     """One benchmark result as a section: summary, machine, tables."""
-    title = result.get("title") or os.path.splitext(filename)[0].replace("_", " ")
     section = nodes.section(
         ids=[nodes.make_id("bench-" + os.path.splitext(filename)[0])]
     )
-    section += nodes.title(text=title)
+    section += nodes.title(text=_title(result, filename))
+    for node in render_run(result, filename, results_dir):
+        section += node
+    document.note_implicit_target(section)
+    return section
+
+
+def render_run(result, filename, results_dir=RESULTS_DIR):
+    """One run's nodes: summary, machine and date, tables."""
+    out = []
     if result.get("summary"):
-        section += nodes.paragraph(text=result["summary"])
+        out.append(nodes.paragraph(text=result["summary"]))
     about = {}
     if result.get("date"):
         about["measured"] = result["date"]
@@ -132,14 +148,36 @@ def render_result(result, filename, document):
             "tables",
         ) and not isinstance(value, (list, dict)):
             about[key] = value
-    about["file"] = f"{RESULTS_DIR}/{filename}"
-    section += _field_list(about)
+    about["file"] = f"{results_dir}/{filename}"
+    out.append(_field_list(about))
     for table_title, columns, rows, note in _tables_of(result):
-        section += _table(columns, rows, table_title)
+        out.append(_table(columns, rows, table_title))
         if note:
-            section += nodes.paragraph(text=note)
-    document.note_implicit_target(section)
-    return section
+            out.append(nodes.paragraph(text=note))
+    return out
+
+
+def _text_with_commands(text):
+    """A paragraph of ``text`` whose `backticked` words are set as code."""
+    paragraph = nodes.paragraph()
+    for i, part in enumerate(text.split("`")):
+        if part:
+            paragraph += nodes.literal(text=part) if i % 2 else nodes.Text(part)
+    return paragraph
+
+
+def read_results(directory):
+    """``{benchmark name: (filename, result dict or error text)}`` of a folder."""
+    if not os.path.isdir(directory):
+        return {}
+    found = {}
+    for filename in sorted(f for f in os.listdir(directory) if f.endswith(".json")):
+        try:
+            with open(os.path.join(directory, filename)) as f:
+                found[filename[: -len(".json")]] = (filename, json.load(f))
+        except (OSError, ValueError) as exc:
+            found[filename[: -len(".json")]] = (filename, f"could not be read ({exc})")
+    return found
 
 
 class BenchResults(Directive):
@@ -153,38 +191,59 @@ class BenchResults(Directive):
         env.bench_results_docs = getattr(env, "bench_results_docs", set()) | {
             env.docname
         }
-        results_dir = os.path.join(
-            env.app.confdir, self.options.get("dir", RESULTS_DIR)
-        )
-        files = (
-            sorted(f for f in os.listdir(results_dir) if f.endswith(".json"))
-            if os.path.isdir(results_dir)
-            else []
-        )
-        if not files:
-            note = nodes.admonition(classes=["note"])
-            note += nodes.title(text="No measurements yet")
-            note += nodes.paragraph(
-                text="This copy of the book was built before `make bench` ran. "
-                "Run `make bench` and then `make book`: this page then shows the "
-                "figures measured on your machine."
-            )
-            return [note]
+        mine_dir = self.options.get("dir", RESULTS_DIR)
+        runs = [
+            (
+                "Your machine",
+                mine_dir,
+                read_results(os.path.join(env.app.confdir, mine_dir)),
+            ),
+            (
+                "Reference run (committed with the book)",
+                REFERENCE_DIR,
+                read_results(os.path.join(env.app.confdir, REFERENCE_DIR)),
+            ),
+        ]
+        for _, folder, found in runs:
+            for filename, _ in found.values():
+                env.note_dependency(os.path.join(env.app.confdir, folder, filename))
         out = []
-        for filename in files:
-            path = os.path.join(results_dir, filename)
-            env.note_dependency(path)
-            try:
-                with open(path) as f:
-                    result = json.load(f)
-            except (OSError, ValueError) as exc:
-                error = nodes.paragraph(
-                    text=f"{RESULTS_DIR}/{filename} could not be read ({exc}); "
-                    "run `make bench` again."
+        if not runs[0][2]:
+            note = nodes.admonition(classes=["note"])
+            note += nodes.title(text="Your own measurements")
+            note += _text_with_commands(
+                "Below is the reference run, measured on the machine the book is "
+                "tested on. To see your machine's figures beside it, run "
+                "`make bench` and then `make book`."
+            )
+            out.append(note)
+        names = sorted(set(runs[0][2]) | set(runs[1][2]))
+        if not names:
+            out.append(
+                _text_with_commands(
+                    f"No measurements: {REFERENCE_DIR}/ is empty. Run `make bench`."
                 )
-                out.append(error)
-                continue
-            out.append(render_result(result, filename, self.state.document))
+            )
+        for name in names:
+            section = nodes.section(ids=[nodes.make_id("bench-" + name)])
+            first = next(found[name] for _, _, found in runs if name in found)
+            section += nodes.title(
+                text=_title(first[1], first[0]) if isinstance(first[1], dict) else name
+            )
+            for label, folder, found in runs:
+                if name not in found:
+                    continue
+                filename, result = found[name]
+                section += nodes.rubric(text=label)
+                if isinstance(result, str):
+                    section += _text_with_commands(
+                        f"{folder}/{filename} {result}; run `make bench` again."
+                    )
+                else:
+                    for node in render_run(result, filename, folder):
+                        section += node
+            self.state.document.note_implicit_target(section)
+            out.append(section)
         return out
 
 

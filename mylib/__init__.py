@@ -12,6 +12,7 @@ chapters build it:
 * chapter 6: ``zero1``, ``zero2``, ``zero3``
 * chapter 7: ``local_sgd``
 * chapter 8: ``debug``, ``ddp_checks`` (what MyDDP refuses, and unused parameters)
+* chapter 9: ``checkpoint`` (a checkpoint that resumes bit-exactly)
 
 Beneath it: ``mylib.models`` (what-if models, standard library only: the
 browser runs them), ``mylib.figures`` (what goes on a page) and
@@ -19,6 +20,7 @@ browser runs them), ``mylib.figures`` (what goes on a page) and
 imports ``figures`` or ``experiments`` (``tests/test_layering.py``).
 """
 
+from mylib.checkpoint import ResumableSampler, load_checkpoint, save_checkpoint
 from mylib.ddp import MyDDP
 from mylib.launch import (
     RankError,
@@ -38,7 +40,10 @@ __all__ = [
     "ShardedOptimizer",
     "RankError",
     "RankTimeout",
+    "ResumableSampler",
     "current_device",
     "init_from_env",
+    "load_checkpoint",
     "run_ranks",
+    "save_checkpoint",
 ]

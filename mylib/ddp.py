@@ -229,24 +229,27 @@ class MyDDP(DDPChecks, nn.Module):
         Then launch the buckets that are complete, in order.
         """
         bucket, slot = self._where[index]
+        self._note_arrival(index, bucket, slot)  # tracing, checks, arrival order
+        self._into_bucket(bucket, slot, param)  # .grad becomes a view of the bucket
+        if self._sync_enabled:  # inside no_sync() (chapter 4) nothing is sent
+            bucket.ready.add(slot)
+            self._launch_ready_buckets()
+            self.allreduces_in_backward = self._next_bucket
+
+    def _note_arrival(self, index, bucket, slot):
+        """The bookkeeping of a gradient's arrival: trace, checks, arrival order."""
         self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
         self._used.add(index)
         if not self._sync_enabled:
-            # no_sync(): accumulate in the bucket, send nothing
-            self._local_grads = True
-            self._into_bucket(bucket, slot, param)
+            self._local_grads = True  # no_sync(): accumulated here, averaged later
             return
         if not self._backward_seen:
             self._backward_seen, self.allreduces_in_backward = True, 0
             for i in self._unused:
                 self._mark_unused_ready(i)
         self._check_one_gradient(bucket, slot, index)
-        self._into_bucket(bucket, slot, param)
-        bucket.ready.add(slot)
         if self._ready_order is not None:
             self._ready_order.append(index)
-        self._launch_ready_buckets()
-        self.allreduces_in_backward = self._next_bucket
 
     def _into_bucket(self, bucket, slot, param):
         view = bucket.views[slot]
@@ -276,15 +279,26 @@ class MyDDP(DDPChecks, nn.Module):
     def finish_gradient_sync(self):
         """Wait for every bucket's all-reduce; then ``p.grad`` is the ranks' average."""
         self._check_finish()
-        for i, (bucket, slot) in self._where.items():
-            if slot not in bucket.ready:  # reached by the forward, yet no gradient
-                self._mark_unused_ready(i)
-        self._launch_ready_buckets()
-        used = self._used_on_any_rank() if self.find_unused_parameters else ()
+        used = self._launch_the_rest()  # buckets of unused parameters (chapter 8)
         for bucket, future in zip(self.buckets, self._futures):
             reduced = future.wait()
             if reduced.data_ptr() != bucket.flat.data_ptr():  # a hook may return a copy
                 bucket.flat.copy_(reduced)
+        self._end_iteration(used)
+
+    def _launch_the_rest(self):
+        """Mark parameters without a gradient ready and launch what is left.
+
+        Returns the parameters some rank used (``find_unused_parameters``).
+        """
+        for i, (bucket, slot) in self._where.items():
+            if slot not in bucket.ready:  # reached by the forward, yet no gradient
+                self._mark_unused_ready(i)
+        self._launch_ready_buckets()
+        return self._used_on_any_rank() if self.find_unused_parameters else ()
+
+    def _end_iteration(self, used):
+        """After the wait: ``.grad`` of the used parameters, counters, next step."""
         for i in used:  # used somewhere: .grad is the average
             bucket, slot = self._where[i]
             self._named[i][1].grad = bucket.views[slot]

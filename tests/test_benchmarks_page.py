@@ -72,3 +72,30 @@ def test_a_list_of_dicts_becomes_a_table():
 def test_cell_formatting():
     assert benchmarks._fmt(True) == "yes" and benchmarks._fmt(None) == "-"
     assert benchmarks._fmt(0.000123456) == "0.0001235" and benchmarks._fmt(12) == "12"
+
+
+REFERENCE = pathlib.Path(__file__).resolve().parent.parent / "book" / "bench-reference"
+
+
+def test_a_reference_run_is_committed_with_its_machine_and_date():
+    """The published page always has figures: the reference run of every benchmark."""
+    found = benchmarks.read_results(REFERENCE)
+    sys.path.insert(0, str(REFERENCE.parent.parent / "tests"))
+    names = set(__import__("bench").benchmarks())
+    assert set(found) == names, f"reference runs {sorted(found)}, benchmarks {names}"
+    for name, (filename, result) in found.items():
+        assert isinstance(result, dict), f"{filename}: {result}"
+        machine = result["machine"]
+        for key in ("cpu", "cores", "torch"):
+            assert machine.get(key), f"{filename}: no {key} in its machine"
+        assert result.get("date"), f"{filename}: no date"
+        assert benchmarks._tables_of(result), f"{filename}: no table"
+
+
+def test_commands_in_the_note_are_code_not_backticks():
+    paragraph = benchmarks._text_with_commands("run `make bench` then `make book`.")
+    assert "`" not in paragraph.astext()
+    assert [n.astext() for n in paragraph.findall(docutils.nodes.literal)] == [
+        "make bench",
+        "make book",
+    ]

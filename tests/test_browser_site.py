@@ -189,17 +189,37 @@ def test_search_finds_a_glossary_term(site, chromium):
     assert not problems, "\n".join(problems)
 
 
-def test_page_buttons(site, chromium):
-    """Every page offers 'edit this page' and source download.
+def repository_url():
+    """``repository.url`` of ``_config.yml`` (empty when the book names none)."""
+    import yaml
 
-    Chapters offer their .ipynb too.
+    config = yaml.safe_load((SITE.parent.parent / "_config.yml").read_text())
+    return ((config.get("repository") or {}).get("url") or "").strip()
+
+
+def test_page_buttons(site, chromium):
+    """Every page offers its source for download (chapters their .ipynb too).
+
+    The edit, issues and repository buttons appear only when ``_config.yml``
+    names the repository, and then point at that address.
     """
+    url = repository_url()
     pages = ["book/intro.html"] + chapter_pages()[:1]
     for page in pages:
         with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
             edit = tab.locator("a.btn-source-edit-button")
-            assert edit.count() == 1, f"{page}: no 'edit this page' button"
-            assert "/edit/" in edit.get_attribute("href")
+            repo_links = tab.locator(
+                ".article-header-buttons a[href*='://']"
+            ).evaluate_all("els => els.map(e => e.href)")
+            if url:
+                assert edit.count() == 1, f"{page}: no 'edit this page' button"
+                assert edit.get_attribute("href").startswith(url + "/edit/")
+                assert all(h.startswith(url) for h in repo_links), repo_links
+            else:
+                assert edit.count() == 0 and not repo_links, (
+                    f"{page}: repository buttons with no repository.url set: "
+                    f"{repo_links}"
+                )
             downloads = tab.locator(".dropdown-download-buttons a").evaluate_all(
                 "els => els.map(e => e.href)"
             )
@@ -211,6 +231,61 @@ def test_page_buttons(site, chromium):
                 if href.startswith(site):
                     assert tab.request.get(href).ok, f"{page}: download {href} fails"
         assert not problems, f"{page}:\n" + "\n".join(problems)
+
+
+# An address the project once printed and nothing confirms.
+UNVERIFIED_ADDRESSES = ("github.com/data-parallel-from-scratch",)
+
+
+def test_no_page_names_an_unconfirmed_repository_address():
+    """The repository's address is written once, in ``_config.yml``.
+
+    No page names another: a repository link on a page is the configured
+    address (or there is none), and the address nobody confirmed is gone.
+    """
+    pages = site_pages()
+    if not pages:
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    url = repository_url()
+    found = []
+    for page in pages:
+        text = (SITE / page).read_text(encoding="utf-8")
+        for address in UNVERIFIED_ADDRESSES:
+            if address in text and address not in url:
+                found.append(f"{page}: {address}")
+    assert not found, "pages name an address nobody confirmed:\n" + "\n".join(found)
+
+
+def test_one_search_box_and_slash_opens_it(site, chromium):
+    """One search box (the sidebar's; no top bar with a second one).
+
+    '/' and 's' open the search, as on mdBook and Sphinx sites; Ctrl+K too.
+    """
+    with browser.open_page(chromium, f"{site}/book/intro.html") as (tab, problems):
+        visible = tab.locator(".search-button-field:visible")
+        assert visible.count() == 1, f"{visible.count()} search boxes on the page"
+        assert (
+            tab.locator(".bd-header").count() == 0
+            or not tab.locator(".bd-header").is_visible()
+        ), "the theme's top bar is back"
+        for key in ("/", "s", "Control+k"):
+            tab.locator("body").click(position={"x": 640, "y": 450})
+            tab.keyboard.press(key)
+            dialog = tab.locator("#pst-search-dialog")
+            tab.wait_for_function(
+                "() => document.querySelector('#pst-search-dialog').open",
+                timeout=5000,
+            )
+            focused = tab.evaluate("() => document.activeElement.name")
+            assert focused == "q", f"{key}: the search field has no focus"
+            tab.keyboard.type("all-reduce")
+            assert dialog.locator("input").input_value() == "all-reduce"
+            tab.keyboard.press("Escape")
+            tab.wait_for_function(
+                "() => !document.querySelector('#pst-search-dialog').open",
+                timeout=5000,
+            )
+    assert not problems, "\n".join(problems)
 
 
 def test_exercises_link_to_their_solutions(site, chromium):
@@ -261,6 +336,12 @@ def test_every_chapter_live_figure_redraws(site, chromium, page):
             assert "<svg" in before or "<table" in before, (
                 f"{page}: figure {i} shows no default drawing"
             )
+            assert fig.locator(".livefig-figure").is_visible()
+            assert not fig.locator(".livefig-jupyter").is_visible(), (
+                f"{page}: figure {i} shows JupyterLab's picture on the site"
+            )
+            width = fig.locator("input[type=range]").first.bounding_box()["width"]
+            assert width >= 200, f"{page}: figure {i}'s sliders are {width} px wide"
             slider = fig.locator(".livefig-controls input[type=range]").first
             renders = int(fig.get_attribute("data-renders") or 0)
             slider.focus()

@@ -1,5 +1,7 @@
 """Chapter 6's tables, in units of psi bytes, agree with the memory model.
 
+And every chapter writes a multiple of psi with its unit (bytes, elements).
+
 The chapter writes every byte count with its factor of psi, the number of
 parameters (``2 psi`` bytes: psi parameters in bf16), in two tables: the ZeRO
 paper's accounting per stage, and PyTorch's mixed-precision setups. Each cell
@@ -80,3 +82,95 @@ def test_the_setup_table_is_the_recipes(n):
         want = model_row(recipe.memory(1.0, n), recipe.sent_per_param())
         got = [value(cell, n) for cell in cells]
         assert got == pytest.approx(want), name
+
+
+# -- one unit per symbol, in every chapter ------------------------------------------
+
+NOTEBOOKS = CHAPTER.parent
+PSI_SPAN = re.compile(r"\$([^$]*\\Psi[^$]*)\$")
+# a multiple of psi (2\Psi, K\Psi, (4+K)\Psi/N ...), not psi alone
+MULTIPLE = re.compile(r"[\dK)]\s*\\Psi|\\Psi\s*/")
+UNIT = re.compile(r"\b(bytes?|elements?|parameters?|numbers?)\b")
+
+
+def prose(path):
+    """The Markdown paragraphs of a notebook, display math and tables left out."""
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = re.sub(r"\$\$.*?\$\$", " ", "".join(cell["source"]), flags=re.S)
+        for paragraph in re.split(r"\n\s*\n", text):
+            lines = [ln for ln in paragraph.splitlines() if not ln.startswith("|")]
+            yield " ".join(lines)
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=str)
+def test_every_multiple_of_psi_says_its_unit(path):
+    """``2\\Psi`` is ambiguous (bytes? elements?): the words around it must say."""
+    bare = []
+    for paragraph in prose(path):
+        for span in PSI_SPAN.finditer(paragraph):
+            if not MULTIPLE.search(span[1]):
+                continue
+            around = paragraph[max(0, span.start() - 60) : span.end() + 60]
+            if not UNIT.search(around):
+                bare.append(around)
+    assert not bare, "a multiple of psi with no unit near it:\n" + "\n".join(bare)
+
+
+def test_psi_is_defined_once_as_the_parameter_count():
+    text = "".join(
+        "".join(cell["source"])
+        for cell in json.loads(CHAPTER.read_text())["cells"]
+        if cell["cell_type"] == "markdown"
+    )
+    assert text.count("Throughout this chapter $\\Psi$") == 1
+    assert "$\\Psi$ parameters" in text
+    glossary = (CHAPTER.parent.parent / "book/glossary.md").read_text()
+    assert "\npsi\n  $\\Psi$, the number of parameters of the model" in glossary
+
+
+def printed(start):
+    """What the chapter's code cell whose source starts with ``start`` printed."""
+    for cell in json.loads(CHAPTER.read_text())["cells"]:
+        if cell["cell_type"] == "code" and "".join(cell["source"]).startswith(start):
+            return "".join(
+                "".join(out.get("text", "")) for out in cell.get("outputs", [])
+            )
+    raise AssertionError(f"no code cell starts with {start!r}")
+
+
+def test_the_communication_lines_give_elements_and_bytes_of_the_model():
+    """``DDP 2Ψ elements, 4Ψ bytes: all_reduce 29.5 GB`` and the like, per stage."""
+    from mylib.models.memory import GB, STAGES, comm_volume_in_psi
+
+    text = printed('print("bytes each rank sends per step')
+    line = re.compile(r"^\s+(\S+)\s+(\d+)Ψ elements, (\d+)Ψ bytes: (.*)$", re.M)
+    rows = {m[1]: m for m in line.finditer(text)}
+    assert list(rows) == [STAGE_NAMES[s] for s in STAGES]
+    psi, n = 7.5e9, 64
+    for stage in STAGES:
+        m = rows[STAGE_NAMES[stage]]
+        elements, nbytes = int(m[2]), int(m[3])
+        assert elements == comm_volume_in_psi(stage)
+        assert nbytes == 2 * elements  # bf16: 2 bytes an element
+        sent = comm_per_step(psi, n, stage)
+        shown = dict(part.rsplit(" ", 2)[:2] for part in m[4].split(", "))
+        assert shown == {op: f"{b / GB:.1f}" for op, b in sent.items()}
+        # the bytes of the label, times (N-1)/N: what a ring sends
+        assert sum(sent.values()) == pytest.approx(nbytes * psi * (n - 1) / n)
+
+
+def test_the_measured_section_keeps_the_unit_and_changes_the_factors():
+    """float32 training: 4Ψ + 4Ψ + 8Ψ bytes (K = 8), 16Ψ bytes in all for DDP."""
+    memory = memory_per_rank(1.0, 1, 0, k=8, param_bytes=4, grad_bytes=4)
+    assert (memory.params, memory.grads, memory.optimizer) == (4, 4, 8)
+    assert memory.total == 16
+    text = "".join(
+        "".join(cell["source"])
+        for cell in json.loads(CHAPTER.read_text())["cells"]
+        if cell["cell_type"] == "markdown"
+    )
+    assert "$4\\Psi$ bytes of parameters, $4\\Psi$ bytes of gradients" in " ".join(
+        text.split()
+    )

@@ -1,16 +1,23 @@
-"""Chapter 3 in JupyterLab, in a real (headless) browser: run the chapter up to its live
-figure, press ArrowRight on the bucket-cap slider, and see the drawing change to what
-the model says.
+"""The chapters in JupyterLab, in a real (headless) browser.
 
-This is the reader's way in: `make lab`, open the chapter, run it, drag a slider. The
-kernel handles a slider's message between cells, so the test runs the cells up to and
-including the figure (not the whole chapter, whose later cells take a minute of
-measurements; nbval runs those).
+First, every chapter opened as a reader opens it, before any cell runs (the
+notebook is untrusted: JupyterLab sanitizes its stored HTML and draws no stored
+SVG or widget): each stored figure shows its picture, never its SVG's text or
+a ``<SVG ...>`` repr; no site-only note shows; MyST renders (jupyterlab-myst:
+no raw ``{term}``, dropdowns closed); and the notebook is not marked modified.
+Each is screenshot into ``_build/screenshots/lab_*.png``.
+
+Then chapter 3: run the chapter up to its live figure, press ArrowRight on the
+bucket-cap slider, and see the drawing change to what the model says. The
+kernel handles a slider's message between cells, so the test runs the cells up
+to and including the figure (not the whole chapter, whose later cells take a
+minute of measurements; nbval runs those).
 
 Needs Chromium (``apt-get install -y chromium``).
 """
 
 import contextlib
+import json
 import os
 import pathlib
 import shutil
@@ -29,6 +36,10 @@ pytestmark = pytest.mark.browser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "03_bucketing_overlap.ipynb"
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+SHOTS = ROOT / "_build" / "screenshots"
+# What the site says next to a live figure, which is not true in JupyterLab.
+SITE_NOTES = ("Move a slider", "The first move loads Python", "redraws the figure in")
 browser = pytest.importorskip(
     "browser", reason="tests/browser.py (shared browser helpers) is missing"
 )
@@ -55,6 +66,15 @@ def jupyter_lab(root_dir):
             "JUPYTER_DATA_DIR", str(pathlib.Path(sys.prefix) / "share" / "jupyter")
         ),
     }
+    # No news pop-up; every cell in the page (no windowing), so the test sees them all.
+    settings = root_dir / ".config" / "lab" / "user-settings" / "@jupyterlab"
+    for name, value in (
+        ("notebook-extension/tracker", {"windowingMode": "none"}),
+        ("apputils-extension/notification", {"fetchNews": "false"}),
+    ):
+        path = settings / f"{name}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(value))
     log = open(root_dir / "lab.log", "w")
     server = subprocess.Popen(
         [
@@ -104,6 +124,111 @@ def jupyter_lab(root_dir):
         log.close()
 
 
+def open_notebook(page, url, name):
+    """Open ``name`` in JupyterLab; wait until its kernel is up."""
+    page.goto(f"{url}/lab/tree/{name}")
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
+        "&& window.jupyterapp.shell.currentWidget.context "
+        "&& window.jupyterapp.shell.currentWidget.context.isReady",
+        timeout=120_000,
+    )
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel",
+        timeout=120_000,
+    )
+
+
+def stored_pictures(notebook):
+    """How many stored outputs are drawings (an SVG or a live figure's twin)."""
+    count = 0
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/svg+xml" in data or 'class="livefig"' in "".join(
+                data.get("text/html", "")
+            ):
+                count += 1
+    return count
+
+
+# What a reader sees: visible text of outputs and Markdown, and the pictures.
+LOOK_JS = """() => {
+  const visible = e => e.getClientRects().length > 0
+    && getComputedStyle(e).visibility !== 'hidden';
+  const outputs = [...document.querySelectorAll('.jp-OutputArea-output')];
+  const markdown = [...document.querySelectorAll('.jp-MarkdownCell .jp-InputArea')];
+  const imgs = outputs.flatMap(o => [...o.querySelectorAll('img')]);
+  const panel = window.jupyterapp.shell.currentWidget;
+  return {
+    dirty: panel.context.model.dirty,
+    outputText: outputs.map(o => o.innerText).join('\\n'),
+    markdownText: markdown.map(m => m.innerText).join('\\n'),
+    markdownCells: markdown.length,
+    openDetails: [...document.querySelectorAll('.jp-MarkdownCell details')]
+      .filter(d => d.open).length,
+    details: document.querySelectorAll('.jp-MarkdownCell details').length,
+    pictures: imgs.filter(i => visible(i) && i.naturalWidth > 0
+      && i.getBoundingClientRect().width > 100).length,
+    brokenPictures: imgs.filter(i => i.complete && i.naturalWidth === 0).length,
+    visibleSiteParts: outputs.flatMap(o => [...o.querySelectorAll('.livefig-site')])
+      .filter(visible).length,
+  };
+}"""
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_shows_the_book_before_any_cell_runs(tmp_path, notebook):
+    browser.require_chromium()
+    shutil.copy(notebook, tmp_path / notebook.name)
+    with jupyter_lab(tmp_path) as url, browser.launch_chromium() as chromium:
+        context = chromium.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        open_notebook(page, url, notebook.name)
+        page.wait_for_function(
+            "() => window.jupyterapp.shell.currentWidget.sessionContext"
+            ".session.kernel.status === 'idle'",
+            timeout=60_000,
+        )
+        page.wait_for_timeout(2000)  # kernel info applied, Markdown rendered
+        look = page.evaluate(LOOK_JS)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"lab_{notebook.stem}.png"))
+        context.close()
+    name = notebook.name
+    assert not look["dirty"], (
+        f"{name}: JupyterLab marks it modified on opening (kernelspec or format "
+        "differs from what it writes); run python book/_ext/lab_notebooks.py "
+        "notebooks/*.ipynb"
+    )
+    assert "<SVG " not in look["outputText"], f"{name}: a figure shows as text"
+    assert "<svg" not in look["outputText"] and "</text>" not in look["outputText"]
+    for note in SITE_NOTES:
+        assert note not in look["outputText"], f"{name}: shows the site's note {note!r}"
+    assert look["visibleSiteParts"] == 0, f"{name}: the site's controls show"
+    assert look["brokenPictures"] == 0, f"{name}: a stored picture does not load"
+    assert look["pictures"] >= stored_pictures(notebook), (
+        f"{name}: {look['pictures']} pictures drawn, {stored_pictures(notebook)} stored"
+    )
+    assert look["markdownCells"] > 0
+    for raw in ("{term}", "{cite", "{ref}", "{doc}", ":::{", "```{"):
+        assert raw not in look["markdownText"], (
+            f"{name}: MyST shows raw ({raw}); is jupyterlab-myst installed?"
+        )
+    assert look["openDetails"] == 0, f"{name}: a dropdown (answers) is open"
+
+
+def test_stored_notebooks_open_unmodified():
+    """Every notebook has the kernelspec and format JupyterLab writes."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "book" / "_ext" / "lab_notebooks.py"), "--check"]
+        + [str(p) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def panel_numbers(page):
     """The figure's step times (one per timeline), read from the widget's SVG."""
     return page.evaluate("""() => Array.from(document.querySelectorAll(
@@ -117,17 +242,7 @@ def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
     with jupyter_lab(tmp_path) as url, browser.launch_chromium() as chromium:
         context = chromium.new_context(viewport={"width": 1400, "height": 1000})
         page = context.new_page()
-        page.goto(f"{url}/lab/tree/{NOTEBOOK.name}")
-        page.wait_for_function(
-            "() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
-            "&& window.jupyterapp.shell.currentWidget.context",
-            timeout=120_000,
-        )
-        page.wait_for_function(
-            "() => "
-            "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel",
-            timeout=120_000,
-        )
+        open_notebook(page, url, NOTEBOOK.name)
         page.evaluate("""async () => {
             const panel = window.jupyterapp.shell.currentWidget;
             await panel.sessionContext.ready;
@@ -171,5 +286,11 @@ def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
             ],
         )
         assert panel_numbers(page) == [t.step_s for t in bucketing_timelines(**moved)]
-        page.screenshot(path=str(tmp_path / "lab.png"))
+        # Slider labels fit: no description is cut (text wider than its box).
+        cut = page.evaluate("""() => [...document.querySelectorAll(
+            '.widget-slider .widget-label')]
+            .filter(l => l.scrollWidth > l.clientWidth + 1).map(l => l.textContent)""")
+        assert not cut, f"slider labels cut: {cut}"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "lab_03_after_run.png"))
         context.close()

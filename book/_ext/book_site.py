@@ -15,7 +15,17 @@
   (``notebooks/@jupyter-widgets/html-manager/dist/<hash>.woff2``), which does
   not exist. require.js ``paths``, set before require.js loads, map those names
   to ``_static/widgets/``, where ``book/vendor.sh`` puts the fonts.
+* The repository, edit-this-page and issues buttons appear only when
+  ``_config.yml`` names the repository (``repository: url:``), the one place
+  the book writes its address; with none set there is no button pointing at an
+  address nobody vouches for.
 """
+
+REPOSITORY_BUTTONS = (
+    "use_repository_button",
+    "use_edit_page_button",
+    "use_issues_button",
+)
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -78,6 +88,15 @@ def fix_page_scripts(app, pagename, templatename, context, doctree):
             scripts[:] = [s for s in scripts if not _is_widget_script(s)]
 
 
+def repository_buttons(app, config):
+    """The repository buttons on when ``repository.url`` is set, off otherwise."""
+    options = config.html_theme_options
+    url = (options.get("repository_url") or "").strip()
+    for button in REPOSITORY_BUTTONS:
+        options[button] = bool(url)
+
+
 def setup(app):
+    app.connect("config-inited", repository_buttons)
     app.connect("html-page-context", fix_page_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

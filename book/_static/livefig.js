@@ -11,9 +11,18 @@
  * mylib.figures.livefig.render_positions: the very same Python that draws the figure
  * in Jupyter draws it here.
  *
+ * Pyodide starts loading as soon as the page is idle after its load
+ * (requestIdleCallback), with the modules of every figure on the page, so that
+ * a reader's first slider move finds Python ready. Slider input events are
+ * coalesced to one redraw per animation frame, always with the latest
+ * positions: a fast drag never queues stale redraws.
+ *
  * For tests and the curious, each figure carries data-state (static, loading,
  * live, error), data-renders (how many redraws so far), data-positions (the
- * slider positions of the drawing shown) and data-render-ms (last redraw), and
+ * slider positions of the drawing shown), data-render-ms (the last redraw: Python
+ * and the page update) and data-input-ms (from the slider's input event to that
+ * drawing on screen); <html data-livefig-python> says idle, loading, ready or
+ * error, window.mylibLivefig.loadMs how long Python took to load, and
  * window.mylibLivefig.python(["timeline", ...]) gives the page's Pyodide.
  */
 (function () {
@@ -23,6 +32,8 @@
   var SITE_DIR = "/home/pyodide/site";
   var pythonReady = null;   // one Pyodide for every figure on the page
   var moduleLoads = {};     // mylib module name -> promise of it being in Pyodide's file system
+  var renderer = null;      // mylib.figures.livefig.render_positions, once imported
+  var api = {};
 
   function fetchText(path) {
     return fetch(STATIC + path).then(function (response) {
@@ -31,8 +42,12 @@
     });
   }
 
+  function setPythonState(state) { document.documentElement.dataset.livefigPython = state; }
+
   function loadPython() {
     if (!pythonReady) {
+      var started = performance.now();
+      setPythonState("loading");
       pythonReady = (async function () {
         var pyodideModule = await import(STATIC + "pyodide/pyodide.mjs");
         var py = await pyodideModule.loadPyodide({ indexURL: STATIC + "pyodide/" });
@@ -41,10 +56,15 @@
         py.runPython("import sys; sys.path.insert(0, '" + SITE_DIR + "')");
         return py;
       })();
+      pythonReady.then(function () {
+        api.loadMs = performance.now() - started;
+      }, function (err) {
+        setPythonState("error");
+        console.error("livefig: could not load Python: " + err);
+      });
     }
     return pythonReady;
   }
-
   function loadModules(py, names) {
     return Promise.all(names.map(function (name) {
       if (!moduleLoads[name]) {
@@ -86,6 +106,11 @@
     return positions;
   }
 
+  function renderPositions(py) {
+    if (!renderer) renderer = py.pyimport("mylib.figures.livefig").render_positions;
+    return renderer;
+  }
+
   async function redraw(fig) {
     if (fig._busy) { fig._pending = true; return; }  // redraw once more with the latest positions afterwards
     fig._busy = true;
@@ -94,20 +119,22 @@
       do {
         fig._pending = false;
         if (fig.dataset.state === "static") {
-          setStatus(fig, "loading", "Loading Python in your browser (the first time takes a few seconds)...");
+          setStatus(fig, "loading", "Loading Python in your browser...");
         }
         var py = await loadPython();
         await loadModules(py, JSON.parse(fig.dataset.modules));
         var positions = positionsOf(fig);
+        var inputAt = fig._inputAt;
+        fig._inputAt = null;
         var started = performance.now();
-        var livefig = py.pyimport("mylib.figures.livefig");
-        var drawing = livefig.render_positions(fig.dataset.module, fig.dataset.function,
-                                               fig.dataset.sliders, JSON.stringify(positions));
-        livefig.destroy();
+        var drawing = renderPositions(py)(fig.dataset.module, fig.dataset.function,
+                                          fig.dataset.sliders, JSON.stringify(positions));
         fig.querySelector(".livefig-figure").innerHTML = drawing;
-        var ms = performance.now() - started;
+        var done = performance.now();
+        var ms = done - started;
         fig.dataset.positions = JSON.stringify(positions);
         fig.dataset.renderMs = ms.toFixed(1);
+        if (inputAt != null) fig.dataset.inputMs = (done - inputAt).toFixed(1);
         fig.dataset.renders = String(Number(fig.dataset.renders || 0) + 1);
         setStatus(fig, "live", "Live: drawn by " + where + " running in your browser (Pyodide), " +
                   ms.toFixed(0) + " ms per redraw.");
@@ -123,6 +150,17 @@
     }
   }
 
+  // Many input events can arrive between two frames (a drag): draw once per
+  // frame, with the positions the sliders have then.
+  function scheduleRedraw(fig) {
+    if (fig._inputAt == null) fig._inputAt = performance.now();
+    if (fig._frame) return;
+    fig._frame = requestAnimationFrame(function () {
+      fig._frame = 0;
+      redraw(fig);
+    });
+  }
+
   function setUp(fig) {
     if (!fig.dataset.module || fig._livefig) return;  // a figure without a browser render function stays static
     fig._livefig = true;
@@ -132,19 +170,46 @@
       input.addEventListener("input", function () {
         var out = input.parentElement.querySelector(".livefig-readout");
         if (out) out.textContent = readout(specs[input.name], Number(input.value));
-        redraw(fig);
+        scheduleRedraw(fig);
       });
     });
   }
 
+  // Load Python, the modules of every figure on the page, and import them, so
+  // that the first slider move only draws.
+  function preload() {
+    var figures = document.querySelectorAll(".livefig[data-module]");
+    if (!figures.length) return;
+    var names = {};
+    figures.forEach(function (fig) {
+      JSON.parse(fig.dataset.modules).forEach(function (n) { names[n] = true; });
+    });
+    loadPython().then(function (py) {
+      return loadModules(py, Object.keys(names)).then(function () {
+        // Draw each figure once, unseen: its modules are imported and its code
+        // has run, so the reader's first move costs what any later one does.
+        figures.forEach(function (fig) {
+          renderPositions(py)(fig.dataset.module, fig.dataset.function, fig.dataset.sliders, "{}");
+        });
+        setPythonState("ready");
+      });
+    }).catch(function (err) { setPythonState("error"); console.error("livefig: " + err); });
+  }
+
   function setUpAll() { document.querySelectorAll(".livefig").forEach(setUp); }
   // For tests and the curious: the page's Python (a promise of the Pyodide instance, mylib loaded).
-  window.mylibLivefig = {
-    python: function (modules) {
-      return loadPython().then(function (py) { return loadModules(py, modules || []).then(function () { return py; }); });
-    },
-    redraw: redraw
+  api.python = function (modules) {
+    return loadPython().then(function (py) { return loadModules(py, modules || []).then(function () { return py; }); });
   };
+  api.redraw = redraw;
+  window.mylibLivefig = api;
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpAll);
   else setUpAll();
+  setPythonState("idle");
+  function whenIdle() {
+    if (window.requestIdleCallback) requestIdleCallback(preload, { timeout: 2000 });
+    else setTimeout(preload, 200);
+  }
+  if (document.readyState === "complete") whenIdle();
+  else window.addEventListener("load", whenIdle);
 })();

@@ -22,19 +22,24 @@ took). The same display also carries a ``text/html`` *static twin*: the default
 drawing, plain HTML range inputs, and data attributes naming the render
 function and the sliders. The book's build prefers that twin over the widget
 (``nb_mime_priority_overrides`` in ``_config.yml``), so the page shows the
-default figure at once; ``_static/livefig.js`` loads Pyodide on the first
-slider move, copies the mylib modules the function needs (see
-:mod:`mylib.figures.browser`) into it and calls :func:`render_positions` with
-the slider positions: the very same Python draws the figure in the page.
+default figure at once; ``_static/livefig.js`` loads Pyodide when the page is
+idle, copies the mylib modules the function needs (see
+:mod:`mylib.figures.browser`) into it and, on each slider move, calls
+:func:`render_positions` with the slider positions: the very same Python draws
+the figure in the page. JupyterLab shows the same twin for a cell it has not
+run (see :meth:`LiveFigure.static_html`): there it is a picture of the default
+drawing.
 
 Only the standard library is imported at module level: this file also runs in
 the browser. ipywidgets is imported when a widget is first built.
 """
 
+import base64
 import html
 import importlib
 import inspect
 import json
+import re
 import time
 import types
 
@@ -237,19 +242,60 @@ def settings(sliders, values):
     return types.SimpleNamespace(**{**defaults, **values})
 
 
+_SLIDERS = {}  # the browser's figures: specs JSON -> its sliders, parsed once
+
+
 def render_positions(module, function, specs_json, positions_json):
     """Render ``module.function`` at slider positions given as JSON.
 
     This is what the browser calls. ``positions_json`` maps slider names to raw
     positions; missing names take their defaults.
     """
-    sliders = [Slider.from_spec(spec) for spec in json.loads(specs_json)]
+    if specs_json not in _SLIDERS:
+        _SLIDERS[specs_json] = [Slider.from_spec(s) for s in json.loads(specs_json)]
+    sliders = _SLIDERS[specs_json]
     positions = json.loads(positions_json)
     values = {
         s.name: s.value_at(positions[s.name]) if s.name in positions else s.default
         for s in sliders
     }
     return getattr(importlib.import_module(module), function)(**values)
+
+
+_SVG_SIZE = re.compile(r'width="100%" style="max-width:[^";]*;height:auto"')
+_VIEWBOX = re.compile(r'viewBox="[-\d.]+ [-\d.]+ ([\d.]+) ([\d.]+)"')
+
+
+def svg_data_uri(svg):
+    """An SVG drawing as a ``data:`` URI, for an ``<img>`` (or Markdown image).
+
+    JupyterLab does not draw ``<svg>`` markup or ``image/svg+xml`` outputs of a
+    notebook it does not trust (one it did not run itself): its HTML sanitizer
+    drops the ``<svg>`` tags and shows their text. An ``<img>`` whose source is
+    a ``data:`` URI passes the sanitizer and shows the picture. An SVG sized
+    ``width="100%"`` has no size of its own inside an ``<img>``, so the copy
+    gets its viewBox's width and height.
+    """
+    size = _VIEWBOX.search(svg)
+    if size:
+        svg = _SVG_SIZE.sub(
+            f'width="{size.group(1)}" height="{size.group(2)}"', svg, count=1
+        )
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+
+
+def svg_markdown(svg, alt):
+    """``svg`` as Markdown (an ``<img>`` tag): how JupyterLab shows it untrusted.
+
+    A figure's ``_repr_markdown_``: the built site prefers ``image/svg+xml``
+    (drawn inline), JupyterLab prefers Markdown, which it renders, sanitized,
+    even in a notebook it does not trust (see :func:`svg_data_uri`). A Markdown
+    image (``![alt](data:...)``) is not used: MyST refuses ``data:`` links.
+    """
+    return (
+        f'<img src="{svg_data_uri(svg)}" alt="{html.escape(alt)}" '
+        'style="max-width:100%;height:auto">'
+    )
 
 
 class LiveFigure:
@@ -319,7 +365,16 @@ class LiveFigure:
         """The static twin, an HTML fragment.
 
         It holds the default drawing, HTML range inputs, and what the browser
-        needs to redraw.
+        needs to redraw. Two audiences read it:
+
+        * the built site: ``livefig.css`` shows the parts marked
+          ``livefig-site`` (inline SVG, range inputs, a note) and hides the
+          ``livefig-jupyter`` part; ``livefig.js`` makes the inputs redraw.
+        * JupyterLab, before the cell has run (the notebook is untrusted, so the
+          widget view is not drawn and this HTML is sanitized): the
+          ``livefig-site`` parts carry ``hidden`` (no site CSS there), and the
+          ``livefig-jupyter`` part shows the default drawing as an image and
+          says how to get the sliders.
         """
         controls = []
         for s in self.sliders:
@@ -346,19 +401,31 @@ class LiveFigure:
                 f' data-modules="{html.escape(json.dumps(self.modules))}"'
             )
             note = (
-                "Move a slider: the book's own Python "
-                f"(<code>{self.module}.{self.function}</code>) redraws the figure in "
-                "your browser. The first move loads Python, which takes a few seconds."
+                "Move a slider (or focus it and use the arrow keys): the book's own "
+                f"Python (<code>{self.module}.{self.function}</code>) redraws the "
+                "figure in your browser."
             )
         else:
             data, note = "", "Run this chapter in Jupyter to move the sliders."
         specs = html.escape(json.dumps([s.spec() for s in self.sliders]))
+        drawing = self.svg()
+        settings = "; ".join(f"{s.label} {s.text(s.default)}" for s in self.sliders)
+        jupyter = (
+            '<div class="livefig-jupyter">'
+            f'<img src="{svg_data_uri(drawing)}" alt="{html.escape(settings)}" '
+            'style="max-width:100%;height:auto">'
+            "<p><em>The figure at its default settings ("
+            f"{html.escape(settings)}). Run this cell to get its sliders.</em></p>"
+            "</div>"
+        )
         return (
             f'<div class="livefig" data-state="static" data-renders="0"{data} '
             f'data-sliders="{specs}">'
-            f'<div class="livefig-controls">{"".join(controls)}</div>'
-            f'<div class="livefig-figure">{self.svg()}</div>'
-            f'<p class="livefig-status">{note}</p></div>'
+            f'<div class="livefig-controls livefig-site" hidden="hidden">'
+            f"{''.join(controls)}</div>"
+            f'<div class="livefig-figure livefig-site" hidden="hidden">{drawing}</div>'
+            f'<p class="livefig-status livefig-site" hidden="hidden">{note}</p>'
+            f"{jupyter}</div>"
         )
 
     def widget(self):
@@ -368,14 +435,17 @@ class LiveFigure:
         import ipywidgets as widgets
 
         drawing = widgets.HTML(value=self.svg(), layout=widgets.Layout(width="100%"))
+        labels = [f"{s.label} ({s.unit})" if s.unit else s.label for s in self.sliders]
+        # Wide enough for the longest label (13 px sans-serif: ~0.6 em a letter),
+        # so that no label is cut; the slider itself keeps 300 px.
+        label_em = round(max(len(label) for label in labels) * 0.6 + 1, 1)
         controls = []
-        for s in self.sliders:
-            label = f"{s.label} ({s.unit})" if s.unit else s.label
+        for s, label in zip(self.sliders, labels):
             common = dict(
                 description=label,
                 continuous_update=True,
-                style={"description_width": "12em"},
-                layout=widgets.Layout(width="460px"),
+                style={"description_width": f"{label_em}em"},
+                layout=widgets.Layout(width=f"calc({label_em}em + 380px)"),
             )
             if s.kind == "options":
                 w = widgets.SelectionSlider(
@@ -401,7 +471,9 @@ class LiveFigure:
                 widgets.GridBox(
                     controls,
                     layout=widgets.Layout(
-                        grid_template_columns="repeat(auto-fill, 470px)"
+                        grid_template_columns=(
+                            f"repeat(auto-fill, calc({label_em}em + 390px))"
+                        )
                     ),
                 ),
                 drawing,

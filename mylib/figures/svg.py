@@ -164,7 +164,9 @@ class SvgFigure:
     """An SVG string that Jupyter displays as a picture (``image/svg+xml``).
 
     Its text repr is fixed, so stored notebook outputs do not change between
-    runs (nbval compares text, not pictures).
+    runs (nbval compares text, not pictures). It also offers a Markdown image of
+    itself, which JupyterLab draws in a notebook it has not run yet (it draws no
+    ``image/svg+xml`` there; see :func:`mylib.figures.livefig.svg_markdown`).
     """
 
     def __init__(self, svg, name="figure"):
@@ -173,6 +175,11 @@ class SvgFigure:
 
     def _repr_svg_(self):
         return self.svg
+
+    def _repr_markdown_(self):
+        from mylib.figures.livefig import svg_markdown
+
+        return svg_markdown(self.svg, self.name)
 
     def __repr__(self):
         return f"<SVG {self.name}>"

@@ -16,4 +16,5 @@ same name (``models/timeline.py`` is drawn by ``figures/timeline.py``).
 * ``memory``: bytes per rank under DDP and ZeRO (6)
 * ``timeline_zero3``: ZeRO-2 and ZeRO-3 steps with their all-gathers (6)
 * ``scaling``: what the n-th rank buys (7)
+* ``checkpoint_interval``: how often to checkpoint, Young and Daly (9)
 """

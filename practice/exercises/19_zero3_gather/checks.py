@@ -1,0 +1,260 @@
+"""Checks for exercise 19: on gloo ranks, against one process, with the gathered
+parameter bytes a rank holds measured at every all-gather."""
+
+import math
+
+from _judge.checking import check, fail
+from _judge.ranks import on_ranks
+
+RANK_PRELOAD = ("torch.optim", "torch._dynamo", "torch.utils._python_dispatch")
+DIMS = (8, 16, 16, 4)
+PER_RANK, STEPS = 4, 3
+_results = {}  # world size -> the ranks' results, computed once for the checks
+
+
+def make_tracker(persistent):
+    """A dispatch mode that counts the bytes of gathered parameters alive.
+
+    Every tensor an all-gather touches is noted, except the storages in
+    ``persistent`` (the shards); it counts with its storage's current size
+    (0 once freed or resized to 0). ``peak`` is the most counted at an all-gather.
+    """
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Tracker(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen, self.peak = {}, 0
+
+        def alive(self):
+            return sum(s.nbytes() for s in (r() for r in self.seen.values()) if s)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func.name().startswith("c10d::") and "allgather" in func.name():
+                for t in tree_leaves((args, kwargs, out)):
+                    if torch.is_tensor(t):
+                        storage = t.untyped_storage()
+                        if id(storage) not in persistent:
+                            self.seen.setdefault(id(storage), weakref.ref(storage))
+                self.seen = {k: r for k, r in self.seen.items() if r() is not None}
+                self.peak = max(self.peak, self.alive())
+            return out
+
+    return Tracker()
+
+
+def worker(ShardedLinear, seed):
+    import torch
+    import torch.distributed as dist
+
+    from _judge.ranks import spy_on_dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def make_model():
+        torch.manual_seed(seed)
+        layers = []
+        for i, (a, b) in enumerate(zip(DIMS, DIMS[1:])):
+            layers += [torch.nn.Linear(a, b)] + ([torch.nn.Tanh()] if i < 2 else [])
+        return torch.nn.Sequential(*layers)
+
+    whole = make_model()
+    plain = make_model()
+    units = [m for m in plain if isinstance(m, torch.nn.Linear)]
+    out = {"steps": [], "layout_problem": None}
+    names = [
+        "all_gather_into_tensor",
+        "all_gather",
+        "reduce_scatter_tensor",
+        "reduce_scatter",
+    ]
+    with spy_on_dist(
+        names,
+        forbid=["all_reduce", "broadcast"],
+        reader_functions=[ShardedLinear.__init__],
+        why="in ZeRO-3 parameters travel by all-gather and gradients by reduce-scatter",
+    ) as spy:
+        sharded = [ShardedLinear(u) for u in units]
+    model = torch.nn.Sequential(
+        sharded[0], torch.nn.Tanh(), sharded[1], torch.nn.Tanh(), sharded[2]
+    )
+    # The layout: each unit's only parameter is its S elements of the flat vector.
+    for k, (unit, mine) in enumerate(zip(units, sharded)):
+        params = list(mine.parameters())
+        flat = torch.cat([unit.weight.detach().flatten(), unit.bias.detach()])
+        size = math.ceil(flat.numel() / world)
+        padded = torch.zeros(size * world)
+        padded[: flat.numel()] = flat
+        expected = padded[rank * size : (rank + 1) * size]
+        if len(params) != 1 or params[0].numel() != size:
+            out["layout_problem"] = (
+                f"unit {k} (Linear({unit.in_features}, {unit.out_features})) has "
+                f"{len(params)} parameters of {[p.numel() for p in params]} elements: "
+                f"it should have one, its shard of {size} elements"
+            )
+            return out
+        if not torch.equal(params[0].detach().flatten(), expected):
+            out["layout_problem"] = (
+                f"unit {k}'s shard on rank {rank} does not hold elements "
+                f"{rank * size} to {(rank + 1) * size - 1} of the flat vector "
+                "(weight.flatten(), then bias, zero-padded)"
+            )
+            return out
+    persistent = {id(p.untyped_storage()) for p in model.parameters()}
+    tracker = make_tracker(persistent)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_whole = torch.optim.SGD(whole.parameters(), lr=0.1)
+    torch.manual_seed(100 + seed)
+    with (
+        spy_on_dist(
+            names,
+            forbid=["all_reduce", "broadcast"],
+            reader_functions=[ShardedLinear.__init__],
+            why="in ZeRO-3 parameters travel by all-gather and gradients by "
+            "reduce-scatter",
+        ) as spy,
+        tracker,
+    ):
+        for _ in range(STEPS):
+            x = torch.randn(world * PER_RANK, DIMS[0])
+            y = torch.randn(world * PER_RANK, DIMS[-1])
+            mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+            spy.calls.clear()
+            loss = torch.nn.functional.mse_loss(model(x[mine]), y[mine])
+            after_forward = tracker.alive()
+            gathers_forward = sum(c[0].startswith("all_gather") for c in spy.calls)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            out["steps"].append(
+                {
+                    "after_forward": after_forward,
+                    "after_step": tracker.alive(),
+                    "gathers_forward": gathers_forward,
+                    "gathers": sum(c[0].startswith("all_gather") for c in spy.calls),
+                    "scatters": sum(
+                        c[0].startswith("reduce_scatter") for c in spy.calls
+                    ),
+                }
+            )
+            opt_whole.zero_grad()
+            torch.nn.functional.mse_loss(whole(x), y).backward()
+            opt_whole.step()
+    diff = 0.0
+    theirs = [m for m in whole if isinstance(m, torch.nn.Linear)]
+    for mine_unit, ref in zip(sharded, theirs):
+        shard = next(mine_unit.parameters()).detach()
+        full = torch.empty(shard.numel() * world)
+        dist.all_gather_into_tensor(full, shard.contiguous())
+        flat = torch.cat([ref.weight.detach().flatten(), ref.bias.detach()])
+        diff = max(diff, float((full[: flat.numel()] - flat).abs().max()))
+    out["diff"] = diff
+    out["peak"] = tracker.peak
+    return out
+
+
+def unit_bytes(world):
+    return [math.ceil((a * b + b) / world) * world * 4 for a, b in zip(DIMS, DIMS[1:])]
+
+
+def results(sol, world):
+    shown = (
+        f"{world} ranks, Sequential(ShardedLinear(Linear(8, 16)), Tanh, "
+        "ShardedLinear(Linear(16, 16)), Tanh, ShardedLinear(Linear(16, 4))), "
+        f"{PER_RANK} examples per rank, {STEPS} steps of "
+        "torch.optim.SGD(model.parameters(), lr=0.1)"
+    )
+    if world not in _results:
+        _results[world] = on_ranks(worker, world, sol.ShardedLinear, world)
+    for rank, r in enumerate(_results[world]):
+        if r["layout_problem"]:
+            fail(f"on rank {rank}: {r['layout_problem']}", input=shown)
+    return shown, _results[world]
+
+
+def trains(sol, world):
+    shown, ranks = results(sol, world)
+    for rank, r in enumerate(ranks):
+        if r["diff"] > 1e-6:
+            fail(
+                f"on rank {rank} the gathered weights after {STEPS} steps differ "
+                f"from one process's on the whole batch by up to {r['diff']:.3g}",
+                input=shown,
+            )
+
+
+@check("2 ranks: each keeps its shard; three steps equal one process")
+def two_ranks(sol):
+    trains(sol, 2)
+
+
+@check("3 ranks (padded shards): three steps equal one process")
+def three_ranks(sol):
+    trains(sol, 3)
+
+
+@check("each step gathers every unit twice and reduce-scatters it once")
+def traffic(sol):
+    units = len(DIMS) - 1
+    for world in (2, 3):
+        shown, ranks = results(sol, world)
+        for rank, r in enumerate(ranks):
+            for step, s in enumerate(r["steps"], 1):
+                where = f"on rank {rank}, step {step}"
+                if s["gathers_forward"] != units:
+                    fail(
+                        f"{where}, the forward made {s['gathers_forward']} all-gathers "
+                        f"for {units} units: one per unit, just before it computes",
+                        input=shown,
+                    )
+                if s["gathers"] != 2 * units:
+                    fail(
+                        f"{where}, the step made {s['gathers']} all-gathers for "
+                        f"{units} units: gather each unit again in the backward",
+                        input=shown,
+                    )
+                if s["scatters"] != units:
+                    fail(
+                        f"{where}, the backward made {s['scatters']} reduce-scatters "
+                        f"for {units} units: one per unit's gradient",
+                        input=shown,
+                    )
+
+
+@check("the gathered parameters are freed after use")
+def freed(sol):
+    for world in (2, 3):
+        shown, ranks = results(sol, world)
+        two_units = sum(sorted(unit_bytes(world))[-2:])
+        for rank, r in enumerate(ranks):
+            for step, s in enumerate(r["steps"], 1):
+                if s["after_forward"]:
+                    fail(
+                        f"on rank {rank}, step {step}, {s['after_forward']} bytes of "
+                        "gathered parameters are still alive when the forward "
+                        "returns: do not keep (or let autograd save) the full "
+                        "weights; gather them again in the backward",
+                        input=shown,
+                    )
+                if s["after_step"]:
+                    fail(
+                        f"on rank {rank}, after step {step}, {s['after_step']} bytes "
+                        "of gathered parameters are still alive: free them after "
+                        "the backward too",
+                        input=shown,
+                    )
+            if r["peak"] > two_units:
+                fail(
+                    f"on rank {rank} the gathered parameters alive peaked at "
+                    f"{r['peak']} bytes, more than two units' worth ({two_units}): "
+                    "free each unit's full parameters once it has computed",
+                    input=shown,
+                    expected=f"at most {two_units} bytes",
+                    got=r["peak"],
+                )
