@@ -83,7 +83,10 @@ def test_passing_records_progress_and_points_to_the_next(home):
     shutil.copyfile(BUCKETS.path("solution.py"), workspace(home, BUCKETS))
     out = judge(home, "6")
     assert out.returncode == 0, out.stdout
-    assert "PASSED" in out.stdout and "Next: 3.2" in out.stdout
+    # Next: the following one by chapter, then difficulty (easy first).
+    order = sorted(EXERCISES, key=lambda ex: ex.order)
+    following = order[order.index(BUCKETS) + 1]
+    assert "PASSED" in out.stdout and f"Next: {following.short} " in out.stdout
     progress = json.loads((home / ".progress.json").read_text())
     assert progress["exercises"][BUCKETS.id]["state"] == "passed"
     assert progress["exercises"][BUCKETS.id]["attempts"] == 2
