@@ -19,6 +19,8 @@ def make_tracker(persistent):
     ``persistent`` (the shards); it counts with its storage's current size
     (0 once freed or resized to 0). ``peak`` is the most counted at an all-gather.
     """
+    import gc
+    import time
     import weakref
 
     import torch
@@ -30,8 +32,18 @@ def make_tracker(persistent):
             super().__init__()
             self.seen, self.peak = {}, 0
 
-        def alive(self):
-            return sum(s.nbytes() for s in (r() for r in self.seen.values()) if s)
+        def alive(self, generation=2, settle_s=0.0):
+            # A storage in a reference cycle lives until the collector runs, and
+            # gloo's thread may hold a finished all-gather's output a moment
+            # longer: collect, and give a nonzero count up to settle_s to settle.
+            deadline = time.monotonic() + settle_s
+            while True:
+                gc.collect(generation)
+                live = [r() for r in self.seen.values()]
+                held = sum(s.nbytes() for s in live if s)
+                if held == 0 or time.monotonic() >= deadline:
+                    return held
+                time.sleep(0.01)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -43,7 +55,7 @@ def make_tracker(persistent):
                         if id(storage) not in persistent:
                             self.seen.setdefault(id(storage), weakref.ref(storage))
                 self.seen = {k: r for k, r in self.seen.items() if r() is not None}
-                self.peak = max(self.peak, self.alive())
+                self.peak = max(self.peak, self.alive(generation=0))
             return out
 
     return Tracker()
@@ -127,7 +139,7 @@ def worker(ShardedLinear, seed):
             mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
             spy.calls.clear()
             loss = torch.nn.functional.mse_loss(model(x[mine]), y[mine])
-            after_forward = tracker.alive()
+            after_forward = tracker.alive(settle_s=0.1)
             gathers_forward = sum(c[0].startswith("all_gather") for c in spy.calls)
             loss.backward()
             opt.step()
@@ -135,7 +147,7 @@ def worker(ShardedLinear, seed):
             out["steps"].append(
                 {
                     "after_forward": after_forward,
-                    "after_step": tracker.alive(),
+                    "after_step": tracker.alive(settle_s=0.1),
                     "gathers_forward": gathers_forward,
                     "gathers": sum(c[0].startswith("all_gather") for c in spy.calls),
                     "scatters": sum(
@@ -232,9 +244,13 @@ def freed(sol):
     for world in (2, 3):
         shown, ranks = results(sol, world)
         two_units = sum(sorted(unit_bytes(world))[-2:])
+        # gloo's worker thread can hold the output of the collective it ran last
+        # for a while after wait() returns (measured: one unit, now and then),
+        # so one unit's worth is not counted against the reader.
+        in_flight = max(unit_bytes(world))
         for rank, r in enumerate(ranks):
             for step, s in enumerate(r["steps"], 1):
-                if s["after_forward"]:
+                if s["after_forward"] > in_flight:
                     fail(
                         f"on rank {rank}, step {step}, {s['after_forward']} bytes of "
                         "gathered parameters are still alive when the forward "
@@ -242,7 +258,7 @@ def freed(sol):
                         "weights; gather them again in the backward",
                         input=shown,
                     )
-                if s["after_step"]:
+                if s["after_step"] > in_flight:
                     fail(
                         f"on rank {rank}, after step {step}, {s['after_step']} bytes "
                         "of gathered parameters are still alive: free them after "
