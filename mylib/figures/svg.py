@@ -14,6 +14,7 @@ Usage::
     svg_text = fig.to_string()
 """
 
+import functools
 import math
 from xml.sax.saxutils import escape, quoteattr
 
@@ -35,6 +36,7 @@ PALETTE = {
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # a redraw repeats most coordinates
 def _num(x):
     """A coordinate as short text: at most two decimals, no trailing zeros."""
     text = f"{x:.2f}".rstrip("0").rstrip(".")
@@ -42,6 +44,7 @@ def _num(x):
 
 
 _NEEDS_QUOTING = set("&<>\"'\n\r\t")
+_NAMES = {}  # keyword -> attribute name: stroke_width -> stroke-width
 
 
 def _attrs(attrs):
@@ -49,8 +52,13 @@ def _attrs(attrs):
     for key, value in attrs.items():
         if value is None:
             continue
-        name = key.rstrip("_").replace("_", "-")
-        text = _num(value) if isinstance(value, float) else str(value)
+        name = _NAMES.get(key)
+        if name is None:
+            name = _NAMES[key] = key.rstrip("_").replace("_", "-")
+        if isinstance(value, float):  # a number needs no quoting
+            parts.append(f' {name}="{_num(value)}"')
+            continue
+        text = str(value)
         # Most values are numbers and colours: quote directly, escape only if needed.
         parts.append(
             f" {name}={quoteattr(text)}"
@@ -305,6 +313,7 @@ def ticks(lo, hi, target_ticks=5):
     return [round(i * step, 12) for i in range(first, last + 1)]
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # the lanes of one figure repeat times
 def format_seconds(seconds, digits=3):
     """A duration in the unit that reads best: ``12.3 ms``, ``850 us``, ``1.20 s``."""
     magnitude = abs(seconds)

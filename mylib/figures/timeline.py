@@ -84,15 +84,14 @@ def _boxes(spans, x_of, t0):
     Neighbouring spans of one layer (same shade) become one box; runs of
     spans too narrow to see apart become one box in the lane's colour.
     """
-    boxes, shade = [], layer_shader()
+    boxes, last_group, counters = [], {}, {}
     for span in spans:
-        i = shade(span)
-        x0, x1, fill = (
-            x_of(span.start_s - t0),
-            x_of(span.end_s - t0),
-            span_fill(span, i),
-        )
-        group = span.label.split(".", 1)[0]
+        group, lane = span.label.split(".", 1)[0], span.lane
+        if last_group.get(lane) != group:  # as layer_shader(), inlined: it is hot
+            counters[lane] = counters.get(lane, -1) + 1
+            last_group[lane] = group
+        x0, x1 = x_of(span.start_s - t0), x_of(span.end_s - t0)
+        fill = span_fill(span, counters[lane])
         if boxes:
             last = boxes[-1]
             same_layer = (
@@ -112,26 +111,24 @@ def _boxes(spans, x_of, t0):
                         if span.kind == "allreduce"
                         else PALETTE["compute"]
                     )
-                last.update(
-                    x1=max(last["x1"], x1),
-                    end=span.end_s,
-                    n=last["n"] + 1,
-                    nbytes=last["nbytes"] + span.nbytes,
-                    last_label=span.label,
-                )
+                last["x1"] = max(last["x1"], x1)
+                last["end"] = span.end_s
+                last["n"] += 1
+                last["nbytes"] += span.nbytes
+                last["last_label"] = span.label
                 continue
         boxes.append(
-            dict(
-                x0=x0,
-                x1=x1,
-                fill=fill,
-                group=group,
-                n=1,
-                first=span,
-                end=span.end_s,
-                nbytes=span.nbytes,
-                last_label=span.label,
-            )
+            {
+                "x0": x0,
+                "x1": x1,
+                "fill": fill,
+                "group": group,
+                "n": 1,
+                "first": span,
+                "end": span.end_s,
+                "nbytes": span.nbytes,
+                "last_label": span.label,
+            }
         )
     out = []
     for box in boxes:
