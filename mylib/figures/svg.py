@@ -95,18 +95,16 @@ class Svg:
         """A filled rectangle (zero or negative widths are drawn as nothing)."""
         if width <= 0 or height <= 0:
             return
-        self._element(
-            "rect",
-            {
-                "x": float(x),
-                "y": float(y),
-                "width": float(width),
-                "height": float(height),
-                "fill": fill,
-                **attrs,
-            },
-            title,
+        # the four numbers written directly: rectangles are most of a drawing
+        tag = (
+            f'<rect x="{_num(float(x))}" y="{_num(float(y))}" '
+            f'width="{_num(float(width))}" height="{_num(float(height))}"'
+            + _attrs({"fill": fill, **attrs})
         )
+        if title:
+            self.parts.append(f"{tag}><title>{escape(title)}</title></rect>")
+        else:
+            self.parts.append(f"{tag}/>")
 
     def line(self, x1, y1, x2, y2, *, stroke=PALETTE["muted"], stroke_width=1, **attrs):
         """A straight line."""

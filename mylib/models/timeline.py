@@ -27,6 +27,7 @@ behind the chapter's sliders. 1,000 layers take about a millisecond.
 """
 
 import functools
+import operator
 
 from mylib.models.buckets import MB, assign_buckets
 from mylib.models.costmodel import ring_all_reduce_time
@@ -178,6 +179,9 @@ class Span:
         )
 
 
+_START_END = operator.attrgetter("start_s", "end_s")
+
+
 class Timeline:
     """A step as spans on lanes, and what they add up to.
 
@@ -195,7 +199,7 @@ class Timeline:
 
     def __init__(self, spans, name="", lanes=(COMPUTE, COMM), buckets=None):
         self.name = name
-        self.spans = sorted(spans, key=lambda s: (s.start_s, s.end_s))
+        self.spans = sorted(spans, key=_START_END)
         self.lanes = tuple(lanes)
         self.buckets = buckets  # parameter indices per bucket (model only)
         for key, value in summarize(self.spans).items():
@@ -227,13 +231,14 @@ def _union_length(intervals, until=None):
     """Total length covered by ``(start, end)`` intervals, up to ``until`` if given."""
     total, reach = 0.0, None
     for start, end in sorted(intervals):
-        if until is not None:
-            end = min(end, until)
-        if reach is not None:
-            start = max(start, reach)
+        if until is not None and until < end:
+            end = until
+        if reach is not None and reach > start:
+            start = reach
         if end > start:
             total += end - start
-        reach = end if reach is None else max(reach, end)
+        if reach is None or end > reach:
+            reach = end
     return total
 
 
@@ -276,6 +281,8 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
         t = forward_s
     bucket_of = {i: k for k, bucket in enumerate(buckets) for i in bucket}
+    # each side's rate while the other is busy too
+    slow_compute, slow_comm = 1.0 / link.compute_stretch, 1.0 / link.comm_stretch
     # gradients each bucket still waits for
     missing = [len(bucket) for bucket in buckets]
     sizes = [b for layer in layers for b in layer.param_bytes]
@@ -292,8 +299,8 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         if not sending and bucket < n_buckets and ready_at[bucket] is not None:
             comm_start, sending = t, True
             comm_left = seconds[nbytes_of[bucket]]
-        compute_rate = 1.0 / link.compute_stretch if sending else 1.0
-        comm_rate = 1.0 / link.comm_stretch if computing else 1.0
+        compute_rate = slow_compute if sending else 1.0
+        comm_rate = slow_comm if computing else 1.0
         dt_compute = work_left / compute_rate if computing else _INF
         dt_comm = comm_left / comm_rate if sending else _INF
         dt = dt_comm if dt_comm < dt_compute else dt_compute
