@@ -311,9 +311,16 @@ def ticks(lo, hi, target_ticks=5):
     return [round(i * step, 12) for i in range(first, last + 1)]
 
 
-@functools.lru_cache(maxsize=4096, typed=True)  # the lanes of one figure repeat times
 def format_seconds(seconds, digits=3):
     """A duration in the unit that reads best: ``12.3 ms``, ``850 us``, ``1.20 s``."""
+    # floats remembered, as the lanes of one figure repeat their times; but 0.0 and
+    # -0.0 are one key to a cache and print "0 us" and "-0 us"
+    if type(seconds) is float and seconds:
+        return _seconds_text(seconds, digits)
+    return _format(seconds, digits)
+
+
+def _format(seconds, digits):
     magnitude = abs(seconds)
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if magnitude >= scale or unit == "us":
@@ -325,6 +332,9 @@ def format_seconds(seconds, digits=3):
             )
             return f"{value:.{decimals}f} {unit}"
     raise AssertionError("unreachable")
+
+
+_seconds_text = functools.lru_cache(maxsize=4096, typed=True)(_format)
 
 
 def time_axis(fig, x_of, t_max, top, grid_bottom, label_y):
