@@ -53,8 +53,8 @@ class Layer:
             )
         if isinstance(param_bytes, (int, float)):
             param_bytes = (param_bytes,)
-        param_bytes = tuple(int(b) for b in param_bytes)
-        if any(b < 0 for b in param_bytes):
+        param_bytes = tuple(map(int, param_bytes))
+        if param_bytes and min(param_bytes) < 0:
             raise ValueError(
                 f"layer {name!r}: gradient sizes must be >= 0 bytes, got {param_bytes}"
             )
@@ -286,7 +286,7 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
     # gradients each bucket still waits for
     missing = [len(bucket) for bucket in buckets]
     sizes = [b for layer in layers for b in layer.param_bytes]
-    nbytes_of = [sum(sizes[i] for i in bucket) for bucket in buckets]
+    nbytes_of = [sum(map(sizes.__getitem__, bucket)) for bucket in buckets]
     # buckets of one size take as long: one cost-model call per size
     seconds = {b: link.allreduce_s(b) for b in set(nbytes_of)}
     ready_at = [None] * len(buckets)
