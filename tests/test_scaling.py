@@ -248,6 +248,38 @@ def test_scaling_figure_draws_the_model_numbers():
         scaling_figure(ranks=0)
 
 
+def test_scaling_figure_remembers_only_what_a_move_leaves_unchanged():
+    """A redraw reuses the model of unchanged sliders, and draws the same picture.
+
+    Moving ``ranks`` (it only marks a rank count) replays no step; moving any
+    other slider replays the model. Each drawing equals one drawn afresh.
+    """
+    import mylib.figures.scaling as fs
+
+    moves = [
+        {"ranks": 64},
+        {"ranks": 128},
+        {"ranks": 128, "grad_gb": 20.0},
+        {"ranks": 8, "alpha_us": 0.0, "bucket_cap_mb": 400},
+        {"ranks": 64},
+    ]
+    remembered = [scaling_figure(**move) for move in moves]
+    for move, svg in zip(moves, remembered):
+        fs._model.cache_clear()
+        fs._weak_curve.cache_clear()
+        assert scaling_figure(**move) == svg
+    hits = fs._model.cache_info().hits
+    scaling_figure(ranks=2)
+    assert fs._model.cache_info().hits == hits + 1
+    layers, forward_s = fs._layers(16, 50.0, 14.0)
+    link = (5e-6, 50e9, 25 * MB)
+    one, many = (
+        scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s).step_s
+        for n in (1, 64)
+    )
+    assert fs.weak_efficiency(16, 64, 50.0, 14.0, list(link)) == one / many
+
+
 def test_scaling_figure_runs_in_the_browser():
     """The render function imports only the standard library.
 

@@ -286,3 +286,15 @@ def test_default_figure_has_the_chapter_story():
     bucketed = ts.bucketing_timelines()[2]
     assert bucketed.exposed_comm_s == pytest.approx(comm_spans(bucketed)[-1].duration_s)
     assert ts.bucketing_timelines()[1].exposed_comm_s > 10 * bucketed.exposed_comm_s
+
+
+def test_remembered_number_texts_are_the_computed_ones():
+    """The SVG module remembers number texts (redraw speed); no text changes."""
+    from mylib.figures import svg
+
+    values = [0.0, -0.0, 1e-7, -0.0123, 0.5, 1.0, 12.345, 1e-6, 3, 2.675]
+    for v in values * 2:  # the second pass reads what the first remembered
+        for digits in (2, 3):
+            assert svg.format_seconds(v, digits) == svg._format(v, digits)
+        assert svg._num(v) == svg._num.__wrapped__(v)
+    assert (svg.format_seconds(0.0), svg.format_seconds(-0.0)) == ("0 us", "-0 us")

@@ -17,6 +17,7 @@ Standard library only (with :mod:`mylib.figures.svg`,
 reader's browser.
 """
 
+import functools
 import math
 
 from mylib.figures.livefig import choices, settings, steps
@@ -110,12 +111,39 @@ def weak_efficiency(batch_per_rank, ranks, backward_ms_per_sample, grad_gb, link
     One rank's step time on that batch, divided by the step time on ``ranks``
     ranks; ``link`` is ``(alpha_s, bandwidth, cap_bytes)``.
     """
-    layers, forward_s = _layers(batch_per_rank, backward_ms_per_sample, grad_gb)
-    one, many = (
-        scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s)
-        for n in (1, ranks)
+    curve = _weak_curve(
+        batch_per_rank, (ranks,), backward_ms_per_sample, grad_gb, tuple(link)
     )
-    return one.step_s / many.step_s
+    return curve[0][1]
+
+
+@functools.lru_cache(maxsize=32)
+def _weak_curve(batch_per_rank, ranks_list, backward_ms_per_sample, grad_gb, link):
+    """``(ranks, weak efficiency)`` for each of ``ranks_list``: one rank played once."""
+    layers, forward_s = _layers(batch_per_rank, backward_ms_per_sample, grad_gb)
+    one = scaled_step(layers, 1, *link, mode=WEAK, forward_s=forward_s).step_s
+    return tuple(
+        (n, one / scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s).step_s)
+        for n in ranks_list
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _model(global_batch, backward_ms_per_sample, grad_gb, *link_values):
+    """The rows, the link and the communication-bound rank count, for every ``ranks``.
+
+    ``link_values``: ``bandwidth_gb_s, alpha_us, bucket_cap_mb``. The ``ranks``
+    slider only marks a rank count: moving it replays nothing.
+    """
+    rows = scaling_rows(
+        global_batch=global_batch,
+        backward_ms_per_sample=backward_ms_per_sample,
+        grad_gb=grad_gb,
+        **dict(zip(("bandwidth_gb_s", "alpha_us", "bucket_cap_mb"), link_values)),
+    )
+    layers, _ = _layers(global_batch, backward_ms_per_sample, grad_gb)
+    link = _link(*link_values)
+    return rows, link, comm_bound_ranks(layers, *link, max_ranks=MAX_RANKS)
 
 
 def scaling_figure(**values):
@@ -135,25 +163,25 @@ def scaling_figure(**values):
             "need 1 <= ranks <= 1024, global_batch >= 1, "
             "grad_gb > 0 and bandwidth_gb_s > 0"
         )
-    rows = scaling_rows(**vars(s))
+    rows, link, bound = _model(
+        s.global_batch,
+        s.backward_ms_per_sample,
+        s.grad_gb,
+        s.bandwidth_gb_s,
+        s.alpha_us,
+        s.bucket_cap_mb,
+    )
     ranks = min(s.ranks, rows[-1]["ranks"])
     at = next(r for r in rows if r["ranks"] >= ranks)
-    layers, _ = _layers(s.global_batch, s.backward_ms_per_sample, s.grad_gb)
-    link = _link(s.bandwidth_gb_s, s.alpha_us, s.bucket_cap_mb)
-    bound = comm_bound_ranks(layers, *link, max_ranks=MAX_RANKS)
-    weak = [
-        (
-            r["ranks"],
-            weak_efficiency(
-                at["batch_per_rank"],
-                r["ranks"],
-                s.backward_ms_per_sample,
-                s.grad_gb,
-                link,
-            ),
+    weak = list(
+        _weak_curve(
+            at["batch_per_rank"],
+            tuple(r["ranks"] for r in rows),
+            s.backward_ms_per_sample,
+            s.grad_gb,
+            link,
         )
-        for r in rows
-    ]
+    )
     weak_at = dict(weak)[at["ranks"]]
 
     svg = Svg(

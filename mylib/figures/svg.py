@@ -14,6 +14,7 @@ Usage::
     svg_text = fig.to_string()
 """
 
+import functools
 import math
 from xml.sax.saxutils import escape, quoteattr
 
@@ -35,6 +36,7 @@ PALETTE = {
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # a redraw repeats most coordinates
 def _num(x):
     """A coordinate as short text: at most two decimals, no trailing zeros."""
     text = f"{x:.2f}".rstrip("0").rstrip(".")
@@ -42,6 +44,7 @@ def _num(x):
 
 
 _NEEDS_QUOTING = set("&<>\"'\n\r\t")
+_NAMES = {}  # keyword -> attribute name: stroke_width -> stroke-width
 
 
 def _attrs(attrs):
@@ -49,8 +52,13 @@ def _attrs(attrs):
     for key, value in attrs.items():
         if value is None:
             continue
-        name = key.rstrip("_").replace("_", "-")
-        text = _num(value) if isinstance(value, float) else str(value)
+        name = _NAMES.get(key)
+        if name is None:
+            name = _NAMES[key] = key.rstrip("_").replace("_", "-")
+        if isinstance(value, float):  # a number needs no quoting
+            parts.append(f' {name}="{_num(value)}"')
+            continue
+        text = str(value)
         # Most values are numbers and colours: quote directly, escape only if needed.
         parts.append(
             f" {name}={quoteattr(text)}"
@@ -87,18 +95,16 @@ class Svg:
         """A filled rectangle (zero or negative widths are drawn as nothing)."""
         if width <= 0 or height <= 0:
             return
-        self._element(
-            "rect",
-            {
-                "x": float(x),
-                "y": float(y),
-                "width": float(width),
-                "height": float(height),
-                "fill": fill,
-                **attrs,
-            },
-            title,
+        # the four numbers written directly: rectangles are most of a drawing
+        tag = (
+            f'<rect x="{_num(float(x))}" y="{_num(float(y))}" '
+            f'width="{_num(float(width))}" height="{_num(float(height))}"'
+            + _attrs({"fill": fill, **attrs})
         )
+        if title:
+            self.parts.append(f"{tag}><title>{escape(title)}</title></rect>")
+        else:
+            self.parts.append(f"{tag}/>")
 
     def line(self, x1, y1, x2, y2, *, stroke=PALETTE["muted"], stroke_width=1, **attrs):
         """A straight line."""
@@ -307,6 +313,14 @@ def ticks(lo, hi, target_ticks=5):
 
 def format_seconds(seconds, digits=3):
     """A duration in the unit that reads best: ``12.3 ms``, ``850 us``, ``1.20 s``."""
+    # floats remembered, as the lanes of one figure repeat their times; but 0.0 and
+    # -0.0 are one key to a cache and print "0 us" and "-0 us"
+    if type(seconds) is float and seconds:
+        return _seconds_text(seconds, digits)
+    return _format(seconds, digits)
+
+
+def _format(seconds, digits):
     magnitude = abs(seconds)
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if magnitude >= scale or unit == "us":
@@ -318,6 +332,9 @@ def format_seconds(seconds, digits=3):
             )
             return f"{value:.{decimals}f} {unit}"
     raise AssertionError("unreachable")
+
+
+_seconds_text = functools.lru_cache(maxsize=4096, typed=True)(_format)
 
 
 def time_axis(fig, x_of, t_max, top, grid_bottom, label_y):

@@ -84,71 +84,49 @@ def _boxes(spans, x_of, t0):
     Neighbouring spans of one layer (same shade) become one box; runs of
     spans too narrow to see apart become one box in the lane's colour.
     """
-    boxes, shade = [], layer_shader()
+    # a box: [x0, x1, fill, group, n spans, first span, end_s, nbytes, last label]
+    boxes, last_group, counters, last = [], {}, {}, None
     for span in spans:
-        i = shade(span)
-        x0, x1, fill = (
-            x_of(span.start_s - t0),
-            x_of(span.end_s - t0),
-            span_fill(span, i),
-        )
-        group = span.label.split(".", 1)[0]
-        if boxes:
-            last = boxes[-1]
-            same_layer = (
-                last["fill"] == fill
-                and last["group"] == group
-                and x0 - last["x1"] < 0.5
-            )
-            both_thin = (
-                x1 - x0 < MIN_PX
-                and last["x1"] - last["x0"] < MIN_PX * last["n"]
-                and x0 - last["x1"] < 0.5
-            )
-            if same_layer or both_thin:
+        group, lane = span.label.split(".", 1)[0], span.lane
+        if last_group.get(lane) != group:  # as layer_shader(), inlined: it is hot
+            counters[lane] = counters.get(lane, -1) + 1
+            last_group[lane] = group
+        x0, x1 = x_of(span.start_s - t0), x_of(span.end_s - t0)
+        fill = span_fill(span, counters[lane])
+        if last is not None and x0 - last[1] < 0.5:
+            same_layer = last[2] == fill and last[3] == group
+            if same_layer or (
+                x1 - x0 < MIN_PX and last[1] - last[0] < MIN_PX * last[4]
+            ):
                 if not same_layer:
-                    last["fill"] = (
+                    last[2] = (
                         PALETTE["comm"]
                         if span.kind == "allreduce"
                         else PALETTE["compute"]
                     )
-                last.update(
-                    x1=max(last["x1"], x1),
-                    end=span.end_s,
-                    n=last["n"] + 1,
-                    nbytes=last["nbytes"] + span.nbytes,
-                    last_label=span.label,
-                )
+                if x1 > last[1]:
+                    last[1] = x1
+                last[4] += 1
+                last[6], last[8] = span.end_s, span.label
+                last[7] += span.nbytes
                 continue
-        boxes.append(
-            dict(
-                x0=x0,
-                x1=x1,
-                fill=fill,
-                group=group,
-                n=1,
-                first=span,
-                end=span.end_s,
-                nbytes=span.nbytes,
-                last_label=span.label,
-            )
-        )
+        last = [x0, x1, fill, group, 1, span, span.end_s, span.nbytes, span.label]
+        boxes.append(last)
     out = []
-    for box in boxes:
-        first = box["first"]
-        if box["n"] == 1:
+    for x0, x1, fill, _, n, first, end_s, nbytes, last_label in boxes:
+        if n == 1:
             tip = _tooltip(first)
         else:
             label = group_label = first.label.split(".", 1)[0]
-            if label != box["last_label"].split(".", 1)[0]:
-                group_label = f"{label} to {box['last_label'].split('.', 1)[0]}"
-            size = f", {box['nbytes'] / MB:.3g} MB" if box["nbytes"] else ""
+            if label != last_label.split(".", 1)[0]:
+                group_label = f"{label} to {last_label.split('.', 1)[0]}"
+            size = f", {nbytes / MB:.3g} MB" if nbytes else ""
             tip = (
-                f"{group_label}: {box['n']} {first.kind} spans{size}, "
+                f"{group_label}: {n} {first.kind} spans{size}, "
                 f"{format_seconds(first.start_s - t0)} to "
-                f"{format_seconds(box['end'] - t0)}"
+                f"{format_seconds(end_s - t0)}"
             )
-        out.append((box["x0"], box["x1"], box["fill"], tip))
+        out.append((x0, x1, fill, tip))
     return out
 
 

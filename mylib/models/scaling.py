@@ -142,10 +142,11 @@ def scaling_table(layers, ranks_list, alpha_s, bandwidth, cap_bytes=25 * MB, **o
 
     one = step(1)
     rows = []
+    backward_one_s = sum(layer.backward_s for layer in layers)
     for n in ranks_list:
         t = one if n == 1 else step(n)
         factor = compute_factor(n, mode, cores)
-        backward_s = sum(layer.backward_s for layer in layers) * factor
+        backward_s = backward_one_s * factor
         speedup = one.step_s / t.step_s * (1 if mode == STRONG else n)
         rows.append(
             {
@@ -271,8 +272,10 @@ def comm_bound_ranks(
     """
     sizes = bucket_bytes(layers, cap_bytes)
     backward_s = sum(layer.backward_s for layer in layers)
+    distinct = set(sizes)  # buckets of one size cost the same: one call per size
     for n in range(2, int(max_ranks) + 1):
-        comm_s = sum(ring_all_reduce_time(b, n, alpha_s, bandwidth) for b in sizes)
+        per_size = {b: ring_all_reduce_time(b, n, alpha_s, bandwidth) for b in distinct}
+        comm_s = sum(per_size[b] for b in sizes)
         if backward_s * compute_factor(n, mode, cores) < comm_s:
             return n
     return None

@@ -26,6 +26,9 @@ Standard library only: the same file runs in the reader's browser (Pyodide)
 behind the chapter's sliders. 1,000 layers take about a millisecond.
 """
 
+import functools
+import operator
+
 from mylib.models.buckets import MB, assign_buckets
 from mylib.models.costmodel import ring_all_reduce_time
 
@@ -50,8 +53,8 @@ class Layer:
             )
         if isinstance(param_bytes, (int, float)):
             param_bytes = (param_bytes,)
-        param_bytes = tuple(int(b) for b in param_bytes)
-        if any(b < 0 for b in param_bytes):
+        param_bytes = tuple(map(int, param_bytes))
+        if param_bytes and min(param_bytes) < 0:
             raise ValueError(
                 f"layer {name!r}: gradient sizes must be >= 0 bytes, got {param_bytes}"
             )
@@ -176,6 +179,9 @@ class Span:
         )
 
 
+_START_END = operator.attrgetter("start_s", "end_s")
+
+
 class Timeline:
     """A step as spans on lanes, and what they add up to.
 
@@ -193,7 +199,7 @@ class Timeline:
 
     def __init__(self, spans, name="", lanes=(COMPUTE, COMM), buckets=None):
         self.name = name
-        self.spans = sorted(spans, key=lambda s: (s.start_s, s.end_s))
+        self.spans = sorted(spans, key=_START_END)
         self.lanes = tuple(lanes)
         self.buckets = buckets  # parameter indices per bucket (model only)
         for key, value in summarize(self.spans).items():
@@ -225,13 +231,14 @@ def _union_length(intervals, until=None):
     """Total length covered by ``(start, end)`` intervals, up to ``until`` if given."""
     total, reach = 0.0, None
     for start, end in sorted(intervals):
-        if until is not None:
-            end = min(end, until)
-        if reach is not None:
-            start = max(start, reach)
+        if until is not None and until < end:
+            end = until
+        if reach is not None and reach > start:
+            start = reach
         if end > start:
             total += end - start
-        reach = end if reach is None else max(reach, end)
+        if reach is None or end > reach:
+            reach = end
     return total
 
 
@@ -258,6 +265,9 @@ def summarize(spans):
     }
 
 
+_INF = float("inf")
+
+
 def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
     """Lay out compute and all-reduces in time for a given bucket assignment.
 
@@ -271,25 +281,30 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
         t = forward_s
     bucket_of = {i: k for k, bucket in enumerate(buckets) for i in bucket}
+    # each side's rate while the other is busy too
+    slow_compute, slow_comm = 1.0 / link.compute_stretch, 1.0 / link.comm_stretch
     # gradients each bucket still waits for
     missing = [len(bucket) for bucket in buckets]
     sizes = [b for layer in layers for b in layer.param_bytes]
+    nbytes_of = [sum(map(sizes.__getitem__, bucket)) for bucket in buckets]
+    # buckets of one size take as long: one cost-model call per size
+    seconds = {b: link.allreduce_s(b) for b in set(nbytes_of)}
     ready_at = [None] * len(buckets)
     layer, layer_start, work_left = 0, t, (layers[0].backward_s if layers else 0.0)
-    param = 0
+    param, n_layers, n_buckets = 0, len(layers), len(buckets)
     # next bucket to send; when the one on the link started
     bucket, comm_start, comm_left = 0, None, 0.0
-    while layer < len(layers) or bucket < len(buckets):
-        computing, sending = layer < len(layers), comm_start is not None
-        if not sending and bucket < len(buckets) and ready_at[bucket] is not None:
+    while layer < n_layers or bucket < n_buckets:
+        computing, sending = layer < n_layers, comm_start is not None
+        if not sending and bucket < n_buckets and ready_at[bucket] is not None:
             comm_start, sending = t, True
-            comm_left = link.allreduce_s(sum(sizes[i] for i in buckets[bucket]))
-        compute_rate = 1.0 / link.compute_stretch if sending else 1.0
-        comm_rate = 1.0 / link.comm_stretch if computing else 1.0
-        dt_compute = work_left / compute_rate if computing else float("inf")
-        dt_comm = comm_left / comm_rate if sending else float("inf")
-        dt = min(dt_compute, dt_comm)
-        if dt == float("inf"):
+            comm_left = seconds[nbytes_of[bucket]]
+        compute_rate = slow_compute if sending else 1.0
+        comm_rate = slow_comm if computing else 1.0
+        dt_compute = work_left / compute_rate if computing else _INF
+        dt_comm = comm_left / comm_rate if sending else _INF
+        dt = dt_comm if dt_comm < dt_compute else dt_compute
+        if dt == _INF:
             # a bug, not bad input
             raise AssertionError(
                 "timeline model stalled: a bucket can never become ready"
@@ -302,19 +317,19 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
         if computing and dt == dt_compute:  # the layer is done: its gradients are ready
             spans.append(Span(COMPUTE, "backward", layer_start, t, layers[layer].name))
             for _ in layers[layer].param_bytes:
-                missing[bucket_of[param]] -= 1
-                if missing[bucket_of[param]] == 0 and not launch_at_end:
-                    ready_at[bucket_of[param]] = t
+                k = bucket_of[param]
+                missing[k] -= 1
+                if missing[k] == 0 and not launch_at_end:
+                    ready_at[k] = t
                 param += 1
             layer += 1
             layer_start, work_left = (
                 t,
-                (layers[layer].backward_s if layer < len(layers) else 0.0),
+                (layers[layer].backward_s if layer < n_layers else 0.0),
             )
-            if layer == len(layers) and launch_at_end:
+            if layer == n_layers and launch_at_end:
                 ready_at = [t] * len(buckets)
         if sending and dt == dt_comm:
-            nbytes = sum(sizes[i] for i in buckets[bucket])
             spans.append(
                 Span(
                     COMM,
@@ -323,7 +338,7 @@ def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name)
                     t,
                     f"b{bucket}",
                     bucket=bucket,
-                    nbytes=nbytes,
+                    nbytes=nbytes_of[bucket],
                     ready_s=ready_at[bucket],
                 )
             )
@@ -345,6 +360,12 @@ def _check(layers):
     return layers
 
 
+@functools.lru_cache(maxsize=64)
+def _assign(sizes, cap_bytes, first_cap_bytes):
+    """:func:`assign_buckets`, remembered: scaling a step to n ranks keeps its sizes."""
+    return tuple(map(tuple, assign_buckets(sizes, cap_bytes, first_cap_bytes)))
+
+
 def simulate(
     layers,
     cap_bytes,
@@ -362,8 +383,8 @@ def simulate(
     ``optimizer_s`` add the forward before and the optimizer step after.
     """
     layers = _check(layers)
-    sizes = [b for layer in layers for b in layer.param_bytes]
-    buckets = assign_buckets(sizes, cap_bytes, first_cap_bytes)
+    sizes = tuple(b for layer in layers for b in layer.param_bytes)
+    buckets = [list(b) for b in _assign(sizes, cap_bytes, first_cap_bytes)]
     if name is None:
         name = (
             "one all-reduce per parameter"
