@@ -20,8 +20,8 @@ imports them once, so no grade does.
 path to a collective: the functions of ``torch.distributed`` and of
 ``distributed_c10d``, the names the reader imported, the process group's
 and its backend's methods, the functional collectives, and the c10d
-operators ``torch.ops.c10d.*``. (Not seen: ``torch.ops._c10d_functional.*``
-called directly, which only code written to get around the spy does.)
+operators (``torch.ops.c10d.*``, ``torch.ops._c10d_functional.*`` and
+``torch.ops._c10d_functional_autograd.*``).
 """
 
 import contextlib
@@ -288,14 +288,17 @@ def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
         if name in forbid and hasattr(functional, op):
             saved.append((functional, op, getattr(functional, op)))
             setattr(functional, op, _refusing(name, refuse))
-    for op, name in C10D_NAMES.items():
-        if name in forbid:
-            try:
-                original = getattr(torch.ops.c10d, op)
-            except (AttributeError, RuntimeError):
-                continue
-            saved.append((torch.ops.c10d, op, original))
-            setattr(torch.ops.c10d, op, _refusing(name, refuse))
+    namespaces = [torch.ops.c10d, torch.ops._c10d_functional]
+    namespaces.append(torch.ops._c10d_functional_autograd)
+    for namespace in namespaces:
+        for op, name in C10D_NAMES.items():
+            if name in forbid:
+                try:
+                    original = getattr(namespace, op)
+                except (AttributeError, RuntimeError):
+                    continue
+                saved.append((namespace, op, original))
+                setattr(namespace, op, _refusing(name, refuse))
     try:
         yield spy
     finally:

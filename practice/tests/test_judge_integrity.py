@@ -248,6 +248,16 @@ def test_fake_6_every_path_to_all_reduce_is_refused(tmp_path):
             "import torch.distributed._functional_collectives as fc\n"
             "    tensor.copy_(fc.all_reduce(tensor, 'sum', c10d._get_default_group()))",
         ),
+        (
+            "functional-op",
+            "tensor.copy_(torch.ops._c10d_functional.wait_tensor(\n"
+            "        torch.ops._c10d_functional.all_reduce(tensor, 'sum', '0')))",
+        ),
+        (
+            "c10d-op",
+            "torch.ops.c10d.allreduce_.default([tensor], "
+            "c10d._get_default_group(), None, None, None, False, -1)",
+        ),
     ):
         path = write(tmp_path, RING_FAKE.format(call=call), f"{name}.py")
         report = grade_file(RING, str(path))
