@@ -31,6 +31,9 @@ def test_per_chapter_keeps_the_page_order_and_restarts_at_one():
     }
 
 
+# It reads the built site, which `make test` builds after the unit tests: it runs
+# with the browser tests (after test-book), not before the site exists.
+@pytest.mark.browser
 def test_the_site_numbers_exercises_within_their_chapter():
     pages = sorted((SITE / "notebooks").glob("0*.html"))
     if not pages:
