@@ -168,3 +168,27 @@ def open_page(chromium, url, viewport=(1280, 900), wait_until="load", settle_ms=
         yield page, problems
     finally:
         context.close()
+
+
+def set_sliders(tab, fig, positions):
+    """Set a live figure's sliders (name -> raw position); wait for each redraw.
+
+    Each position is set as a reader's drag would, with an ``input`` event, and
+    the figure must come back ``live`` (not ``error``) with one more render.
+    """
+    for name, position in positions.items():
+        renders = int(fig.get_attribute("data-renders") or 0)
+        fig.locator(f'.livefig-controls input[name="{name}"]').evaluate(
+            "(el, v) => { el.value = String(v); "
+            "el.dispatchEvent(new Event('input', {bubbles: true})); }",
+            position,
+        )
+        tab.wait_for_function(
+            "([el, n]) => "
+            "Number(el.dataset.renders) > n || el.dataset.state === 'error'",
+            arg=[fig.element_handle(), renders],
+            timeout=120000,
+        )
+        assert fig.get_attribute("data-state") == "live", fig.locator(
+            ".livefig-status"
+        ).inner_text()

@@ -55,26 +55,6 @@ def page():
             yield tab, problems
 
 
-def move(tab, fig, positions):
-    """Set slider positions (name -> raw position); wait for each one's redraw."""
-    for name, position in positions.items():
-        renders = int(fig.get_attribute("data-renders") or 0)
-        fig.locator(f'.livefig-controls input[name="{name}"]').evaluate(
-            "(el, v) => { el.value = String(v); "
-            "el.dispatchEvent(new Event('input', {bubbles: true})); }",
-            position,
-        )
-        tab.wait_for_function(
-            "([el, n]) => "
-            "Number(el.dataset.renders) > n || el.dataset.state === 'error'",
-            arg=[fig.element_handle(), renders],
-            timeout=120000,
-        )
-        assert fig.get_attribute("data-state") == "live", fig.locator(
-            ".livefig-status"
-        ).inner_text()
-
-
 def values_at(positions):
     return {
         s.name: s.value_at(positions[s.name]) if s.name in positions else s.default
@@ -94,7 +74,7 @@ def test_sliders_redraw_with_pythons_numbers(page):
     moved = {}
     # 10 min checkpoints, then 8 nodes, then a 1-minute restart
     for step in ({"cost_s": 7}, {"nodes": 1}, {"restart_s": 1}):
-        move(tab, fig, step)
+        browser.set_sliders(tab, fig, step)
         moved.update(step)
         want = python_metrics(checkpoint_interval_figure(**values_at(moved)))
         assert fig.evaluate(READ_METRICS) == want

@@ -54,26 +54,6 @@ def page():
             yield tab, problems
 
 
-def move(tab, fig, positions):
-    """Set slider positions (name -> raw position); wait for each one's redraw."""
-    for name, position in positions.items():
-        renders = int(fig.get_attribute("data-renders") or 0)
-        fig.locator(f'.livefig-controls input[name="{name}"]').evaluate(
-            "(el, v) => { el.value = String(v); "
-            "el.dispatchEvent(new Event('input', {bubbles: true})); }",
-            position,
-        )
-        tab.wait_for_function(
-            "([el, n]) => "
-            "Number(el.dataset.renders) > n || el.dataset.state === 'error'",
-            arg=[fig.element_handle(), renders],
-            timeout=120000,
-        )
-        assert fig.get_attribute("data-state") == "live", fig.locator(
-            ".livefig-status"
-        ).inner_text()
-
-
 def values_at(sliders, positions):
     return {
         s.name: s.value_at(positions[s.name]) if s.name in positions else s.default
@@ -111,7 +91,7 @@ def test_sliders_redraw_with_pythons_numbers(page, function, specs, render, posi
     )
     moved = {}
     for step in positions:
-        move(tab, fig, step)
+        browser.set_sliders(tab, fig, step)
         moved.update(step)
         want = python_metrics(render(**values_at(sliders, moved)))
         assert fig.evaluate(READ_METRICS) == want
@@ -121,7 +101,7 @@ def test_sliders_redraw_with_pythons_numbers(page, function, specs, render, posi
 def test_memory_calculator_says_what_fits(page):
     tab, _ = page
     fig = tab.locator('.livefig[data-function="memory_figure"]')
-    move(
+    browser.set_sliders(
         tab, fig, {"params_b": 9, "world_size": 5, "stage": 3, "k": 12}
     )  # 70B, 32 ranks, ZeRO-3
     metrics = fig.evaluate(READ_METRICS)
