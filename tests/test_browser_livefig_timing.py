@@ -41,6 +41,10 @@ def measure(tab):
     loaded = time.perf_counter()
     fig = tab.locator(".livefig[data-module]").first
     fig.scroll_into_view_if_needed()
+    # The site shows the drawing and its sliders, never JupyterLab's image.
+    assert fig.locator(".livefig-figure").is_visible(), "the drawing is hidden"
+    assert fig.locator(".livefig-controls").is_visible(), "the sliders are hidden"
+    assert not fig.locator(".livefig-jupyter").is_visible(), "Lab's image shows"
     # The reader reads for a moment: wait until Python is ready (or 20 s, for a
     # page that loads Python only on the first move).
     ready_s = None
