@@ -98,12 +98,12 @@ def test_buckets_come_from_the_shared_rule():
     sizes = [b for layer in layers for b in layer.param_bytes]
     for cap in (0, MB, 5 * MB, 25 * MB):
         t = tl.simulate(layers, cap, tl.Link(2, 1e-5, 1e9))
-        assert t.buckets == assign_buckets(sizes, cap)
+        assert list(map(list, t.buckets)) == assign_buckets(sizes, cap)
         assert [s.nbytes for s in comm_spans(t)] == [
             sum(sizes[i] for i in b) for b in t.buckets
         ]
     t = tl.simulate(layers, 25 * MB, tl.Link(2, 1e-5, 1e9), first_cap_bytes=7 * MB)
-    assert t.buckets == assign_buckets(sizes, 25 * MB, 7 * MB)
+    assert list(map(list, t.buckets)) == assign_buckets(sizes, 25 * MB, 7 * MB)
 
 
 def test_forward_and_optimizer_frame_the_step():
@@ -198,6 +198,92 @@ def test_timeline_invariants(raw_layers, cap, ranks, alpha, bandwidth):
     assert end.step_s == pytest.approx(
         backward + link.allreduce_s(sum(layer.nbytes for layer in layers))
     )
+
+
+def _lanes(timeline):
+    """Each lane's spans, in order, as plain tuples."""
+    return {
+        lane: [
+            (s.kind, s.label, s.start_s, s.end_s, s.ready_s, s.bucket, s.nbytes)
+            for s in timeline.spans
+            if s.lane == lane
+        ]
+        for lane in (tl.COMPUTE, tl.COMM)
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    raw_layers=st.lists(layer_st, min_size=1, max_size=30),
+    cap=st.sampled_from([0, 1, 1000, MB, 5 * MB, 25 * MB]),
+    ranks=st.integers(1, 64),
+    alpha=st.sampled_from([0.0, 1e-6, 5e-5]),
+    bandwidth=st.floats(1e6, 1e12),
+    forward_s=st.sampled_from([0.0, 3e-3]),
+    optimizer_s=st.sampled_from([0.0, 2e-3]),
+    launch_at_end=st.booleans(),
+)
+def test_the_recurrence_plays_the_event_loop_step(
+    raw_layers, cap, ranks, alpha, bandwidth, forward_s, optimizer_s, launch_at_end
+):
+    """Without interference, _play_in_turn gives the event loop's timeline.
+
+    The same spans on each lane, to rounding (the event loop adds a layer's
+    time in pieces), and numbers that are summarize() of those spans exactly.
+    """
+    layers = [tl.Layer(f"l{i}", t, sizes) for i, (t, sizes) in enumerate(raw_layers)]
+    link = tl.Link(ranks, alpha, bandwidth)
+    sizes = tuple(b for layer in layers for b in layer.param_bytes)
+    buckets = (
+        (tuple(range(len(sizes))),) if launch_at_end else tl._assign(sizes, cap, None)
+    )
+    kwargs = dict(
+        launch_at_end=launch_at_end,
+        forward_s=forward_s,
+        optimizer_s=optimizer_s,
+        name="x",
+    )
+    fast = tl._play_in_turn(layers, buckets, link, **kwargs)
+    loop = tl._play_events(layers, buckets, link, **kwargs)
+    fast_lanes, loop_lanes = _lanes(fast), _lanes(loop)
+    for lane in (tl.COMPUTE, tl.COMM):
+        assert len(fast_lanes[lane]) == len(loop_lanes[lane])
+        for a, b in zip(fast_lanes[lane], loop_lanes[lane]):
+            assert a[:2] == b[:2] and a[5:] == b[5:]
+            assert a[2:5] == pytest.approx(b[2:5], rel=1e-12, abs=1e-15)
+    for key, value in tl.summarize(fast.spans).items():
+        assert getattr(fast, key) == value, key  # the numbers are the spans' own
+    for key in tl.METRIC_KEYS:
+        assert getattr(fast, key) == pytest.approx(getattr(loop, key), abs=1e-12)
+
+
+def test_timelines_that_compute_alike_share_their_compute_spans():
+    layers = transformer_blocks(4, 2.0)
+    link = tl.Link(8, 5e-6, 25e9)
+    buckets, alone = tl.simulate(layers, 25 * MB, link), tl.all_at_end(layers, link)
+    compute = [[s for s in t.spans if s.lane == tl.COMPUTE] for t in (buckets, alone)]
+    assert all(a is b for a, b in zip(*compute))
+    # and the drawing lays the lane out once, with the same result as apart
+    copies = [
+        tl.Timeline(
+            [
+                tl.Span(
+                    s.lane,
+                    s.kind,
+                    s.start_s,
+                    s.end_s,
+                    s.label,
+                    s.bucket,
+                    s.nbytes,
+                    s.ready_s,
+                )
+                for s in t.spans
+            ],
+            name=t.name,
+        )
+        for t in (buckets, alone)
+    ]
+    assert ts.draw_timelines([buckets, alone]) == ts.draw_timelines(copies)
 
 
 def metrics_in_svg(svg):

@@ -193,11 +193,14 @@ def traced_steps(cap_mb, steps=3):
         # the buckets this step used: MyDDP rebuilds them before the second forward
         nbytes.append([b.nbytes for b in ddp.buckets])
     sizes = [p.numel() * p.element_size() for p in model.parameters()][::-1]
-    model_buckets = tl.simulate(
-        [tl.Layer(str(i), 1e-3, b) for i, b in enumerate(sizes)],
-        cap_mb * MB,
-        tl.Link(2, 1e-5, 1e9),
-    ).buckets
+    model_buckets = [
+        list(bucket)
+        for bucket in tl.simulate(
+            [tl.Layer(str(i), 1e-3, b) for i, b in enumerate(sizes)],
+            cap_mb * MB,
+            tl.Link(2, 1e-5, 1e9),
+        ).buckets
+    ]
     backward_index = {id(p): i for i, p in enumerate(list(model.parameters())[::-1])}
     ddp_buckets = [[backward_index[id(q)] for q in b.params] for b in ddp.buckets]
     return {

@@ -15,7 +15,8 @@
  * (requestIdleCallback), with the modules of every figure on the page, so that
  * a reader's first slider move finds Python ready. Slider input events are
  * coalesced to one redraw per animation frame, always with the latest
- * positions: a fast drag never queues stale redraws.
+ * positions: a fast drag never queues stale redraws. Python's cycle collector
+ * is off while the page redraws and runs when the page is idle.
  *
  * For tests and the curious, each figure carries data-state (static, loading,
  * live, error), data-renders (how many redraws so far), data-positions (the
@@ -54,6 +55,11 @@
         py.FS.mkdirTree(SITE_DIR + "/mylib");
         py.FS.writeFile(SITE_DIR + "/mylib/__init__.py", await fetchText("mylib/__init__.py"));
         py.runPython("import sys; sys.path.insert(0, '" + SITE_DIR + "')");
+        // Python's cycle collector would otherwise run in the middle of a
+        // redraw, every few hundred allocations (a redraw makes thousands).
+        // The drawings make little cyclic garbage: collect it when the page
+        // is idle instead (collectWhenIdle).
+        py.runPython("import gc; gc.disable()");
         return py;
       })();
       pythonReady.then(function () {
@@ -138,6 +144,7 @@
         fig.dataset.renders = String(Number(fig.dataset.renders || 0) + 1);
         setStatus(fig, "live", "Live: drawn by " + where + " running in your browser (Pyodide), " +
                   ms.toFixed(0) + " ms per redraw.");
+        collectWhenIdle(py);
       } while (fig._pending);
     } catch (err) {
       console.error("livefig: " + where + ": " + err);
@@ -148,6 +155,18 @@
     } finally {
       fig._busy = false;
     }
+  }
+
+  var collectPending = false;
+  function collectWhenIdle(py) {
+    if (collectPending) return;
+    collectPending = true;
+    var collect = function () {
+      collectPending = false;
+      py.runPython("import gc; gc.collect()");
+    };
+    if (window.requestIdleCallback) requestIdleCallback(collect, { timeout: 5000 });
+    else setTimeout(collect, 500);
   }
 
   // Many input events can arrive between two frames (a drag): draw once per

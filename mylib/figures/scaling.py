@@ -123,7 +123,13 @@ def _weak_curve(batch_per_rank, ranks_list, backward_ms_per_sample, grad_gb, lin
     layers, forward_s = _layers(batch_per_rank, backward_ms_per_sample, grad_gb)
     one = scaled_step(layers, 1, *link, mode=WEAK, forward_s=forward_s).step_s
     return tuple(
-        (n, one / scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s).step_s)
+        (
+            n,
+            1.0  # one rank is its own reference
+            if n == 1
+            else one
+            / scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s).step_s,
+        )
         for n in ranks_list
     )
 

@@ -68,6 +68,16 @@ def _attrs(attrs):
     return "".join(parts)
 
 
+@functools.lru_cache(maxsize=64)  # a drawing has a handful of colours
+def _fill_attr(fill):
+    return _attrs({"fill": fill})
+
+
+def _escape(text):
+    """``escape(text)``, skipped for the usual text with nothing to escape."""
+    return escape(text) if "&" in text or "<" in text or ">" in text else text
+
+
 class Svg:
     """An SVG document built element by element; ``to_string()`` gives the text.
 
@@ -95,14 +105,15 @@ class Svg:
         """A filled rectangle (zero or negative widths are drawn as nothing)."""
         if width <= 0 or height <= 0:
             return
-        # the four numbers written directly: rectangles are most of a drawing
+        # the numbers and the fill written directly: rectangles are most of a drawing
         tag = (
             f'<rect x="{_num(float(x))}" y="{_num(float(y))}" '
             f'width="{_num(float(width))}" height="{_num(float(height))}"'
-            + _attrs({"fill": fill, **attrs})
+            + _fill_attr(fill)
+            + (_attrs(attrs) if attrs else "")
         )
         if title:
-            self.parts.append(f"{tag}><title>{escape(title)}</title></rect>")
+            self.parts.append(f"{tag}><title>{_escape(title)}</title></rect>")
         else:
             self.parts.append(f"{tag}/>")
 

@@ -16,6 +16,8 @@ and DDP's buckets. Other chapters draw their own timelines with
 only (it runs under Pyodide).
 """
 
+import functools
+
 from mylib.figures.livefig import choices, settings, steps
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.models import timeline as tl
@@ -26,12 +28,15 @@ LANE_H, LANE_GAP, TITLE_H, BLOCK_GAP = 16, 4, 18, 14
 LEFT, PANEL_W, AXIS_H = 70, 160, 52
 
 
+BACKWARD_ALT = "#6baed6"  # every other layer's backward
+
+
 def span_fill(span, index):
     """Alternate two shades per lane so neighbouring layers and buckets stand apart."""
     if span.kind == "allreduce":
         return PALETTE["comm"] if index % 2 == 0 else PALETTE["comm_alt"]
     if span.kind == "backward":
-        return PALETTE["compute"] if index % 2 == 0 else "#6baed6"
+        return PALETTE["compute"] if index % 2 == 0 else BACKWARD_ALT
     return PALETTE.get(span.kind, PALETTE["idle"])
 
 
@@ -78,23 +83,43 @@ def _metric_lines(timeline):
 MIN_PX = 1.5
 
 
+class TimeScale:
+    """Seconds to x: ``left + width * t / t_max`` (a drawing's time axis)."""
+
+    def __init__(self, left, width, t_max):
+        self.left, self.width, self.t_max = left, width, t_max
+
+    def __call__(self, t):
+        return self.left + self.width * t / self.t_max
+
+
 def _boxes(spans, x_of, t0):
     """Group a lane's spans into boxes to draw: ``(x0, x1, fill, tooltip)``.
 
-    Neighbouring spans of one layer (same shade) become one box; runs of
-    spans too narrow to see apart become one box in the lane's colour.
+    ``spans`` are one lane's; ``x_of`` is a :class:`TimeScale`. Neighbouring
+    spans of one layer (same shade) become one box; runs of spans too narrow
+    to see apart become one box in the lane's colour.
     """
+    # hot: a redraw walks every span of every lane, so x_of and span_fill() are
+    # inlined here, with the same arithmetic
+    left, width, t_max = x_of.left, x_of.width, x_of.t_max
+    shades = {
+        "allreduce": (PALETTE["comm"], PALETTE["comm_alt"]),
+        "backward": (PALETTE["compute"], BACKWARD_ALT),
+    }
     # a box: [x0, x1, fill, group, n spans, first span, end_s, nbytes, last label]
-    boxes, last_group, counters, last = [], {}, {}, None
+    boxes, last, last_group, shade = [], None, None, -1
     for span in spans:
-        group, lane = span.label.split(".", 1)[0], span.lane
-        if last_group.get(lane) != group:  # as layer_shader(), inlined: it is hot
-            counters[lane] = counters.get(lane, -1) + 1
-            last_group[lane] = group
-        x0, x1 = x_of(span.start_s - t0), x_of(span.end_s - t0)
-        fill = span_fill(span, counters[lane])
+        group = span.label.partition(".")[0]
+        if group != last_group:  # as layer_shader(): one lane here
+            shade += 1
+            last_group = group
+        x0 = left + width * (span.start_s - t0) / t_max
+        x1 = left + width * (span.end_s - t0) / t_max
+        pair = shades.get(span.kind)
+        fill = pair[shade % 2] if pair else PALETTE.get(span.kind, PALETTE["idle"])
         if last is not None and x0 - last[1] < 0.5:
-            same_layer = last[2] == fill and last[3] == group
+            same_layer = last[3] == group and last[2] == fill
             if same_layer or (
                 x1 - x0 < MIN_PX and last[1] - last[0] < MIN_PX * last[4]
             ):
@@ -117,9 +142,9 @@ def _boxes(spans, x_of, t0):
         if n == 1:
             tip = _tooltip(first)
         else:
-            label = group_label = first.label.split(".", 1)[0]
-            if label != last_label.split(".", 1)[0]:
-                group_label = f"{label} to {last_label.split('.', 1)[0]}"
+            label = group_label = first.label.partition(".")[0]
+            if label != last_label.partition(".")[0]:
+                group_label = f"{label} to {last_label.partition('.')[0]}"
             size = f", {nbytes / MB:.3g} MB" if nbytes else ""
             tip = (
                 f"{group_label}: {n} {first.kind} spans{size}, "
@@ -214,13 +239,21 @@ def swatch(fig, x, y, label, fill, **attrs):
     fig.text(x + 14, y, label, size=10, fill=PALETTE["muted"])
 
 
-def _draw_lanes(fig, timeline, y, x_of):
-    """Draw a timeline's lanes, its row's title at ``y``; returns each lane's height."""
+def _draw_lanes(fig, timeline, y, x_of, laid_out):
+    """Draw a timeline's lanes, its row's title at ``y``; returns each lane's height.
+
+    ``laid_out`` maps the lanes already laid out in this drawing to their
+    boxes, by the identity of their spans: model timelines that compute alike
+    share their compute spans (:func:`mylib.models.timeline._compute_spans`).
+    """
     lane_y = lane_heights(timeline.lanes, y)
     for lane, ly in lane_y.items():
         draw_lane(fig, lane, ly, x_of(0), x_of(timeline.step_s))
         spans = [s for s in timeline.spans if s.lane == lane]
-        for x0, x1, fill, tip in _boxes(spans, x_of, timeline.start_s):
+        key = (timeline.start_s, *map(id, spans))  # the spans live till the end
+        if key not in laid_out:
+            laid_out[key] = _boxes(spans, x_of, timeline.start_s)
+        for x0, x1, fill, tip in laid_out[key]:
             draw_box(fig, x0, x1, ly, fill, tip)
     return lane_y
 
@@ -263,9 +296,7 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
     if title:
         fig.text(LEFT, 16, title, size=13, weight="bold")
 
-    def x_of(t):
-        return LEFT + plot_w * t / t_max
-
+    x_of = TimeScale(LEFT, plot_w, t_max)
     time_axis(fig, x_of, t_max, top, height - AXIS_H + 4, height - AXIS_H + 17)
     fig.text(
         LEFT + plot_w / 2,
@@ -276,10 +307,11 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
         fill=PALETTE["muted"],
     )
     _legend(fig, LEFT, height - 8)
+    laid_out = {}  # lane -> boxes, for _draw_lanes
     for k, timeline in enumerate(timelines):
         y = top + k * block_h
         fig.text(LEFT, y + 12, timeline.name, size=12, weight="bold")
-        lane_y = _draw_lanes(fig, timeline, y, x_of)
+        lane_y = _draw_lanes(fig, timeline, y, x_of, laid_out)
         end_bwd = timeline.backward_end_s
         lanes_bottom = (
             y + TITLE_H + len(timeline.lanes) * (LANE_H + LANE_GAP) - LANE_GAP
@@ -309,6 +341,11 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
 # -- chapter 3's live figure ----------------------------------------
 
 
+@functools.lru_cache(maxsize=16)  # a link slider moves: the same layers
+def _blocks(n_layers, backward_ms_per_layer):
+    return tuple(transformer_blocks(n_layers, backward_ms_per_layer))
+
+
 def bucketing_timelines(**values):
     """The three timelines of :func:`bucketing_figure`, for its slider values.
 
@@ -316,7 +353,7 @@ def bucketing_timelines(**values):
     A value left out takes its slider's default (:data:`BUCKETING_SLIDERS`).
     """
     s = settings(BUCKETING_SLIDERS, values)
-    layers = transformer_blocks(s.n_layers, s.backward_ms_per_layer)
+    layers = _blocks(s.n_layers, s.backward_ms_per_layer)
     link = tl.Link(s.ranks, s.latency_us * 1e-6, s.bandwidth_gb_s * 1e9)
     cap = s.bucket_cap_mb
     return [

@@ -13,6 +13,7 @@ from mylib.figures.livefig import choices, steps
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.figures.timeline import (
     LANE_H,
+    TimeScale,
     bandwidth_choices,
     draw_box,
     draw_lane,
@@ -136,10 +137,9 @@ def zero3_timeline_figure(
         weight="bold",
     )
 
-    def x_of(t):
-        return LEFT + plot_w * t / t_max
-
+    x_of = TimeScale(LEFT, plot_w, t_max)
     time_axis(fig, x_of, t_max, top, height - 52, height - 40)
+    every_other = {"opacity": 0.75}  # neighbouring boxes stand apart
     for k, row in enumerate(rows):
         y = top + k * ROW_H
         fig.text(LEFT, y + 12, row.name, size=12, weight="bold")
@@ -154,7 +154,7 @@ def zero3_timeline_figure(
                     FILLS.get(s.kind, PALETTE["idle"]),
                     f"{s.label or s.kind}: {format_seconds(s.start_s)} "
                     f"to {format_seconds(s.end_s)}",
-                    opacity=0.75 if i % 2 else None,
+                    **(every_other if i % 2 else {}),
                 )
             if lane == tl.COMPUTE:
                 for a, b in _idle(row.spans, row.step_s):

@@ -199,11 +199,33 @@ class Timeline:
 
     def __init__(self, spans, name="", lanes=(COMPUTE, COMM), buckets=None):
         self.name = name
-        self.spans = sorted(spans, key=_START_END)
         self.lanes = tuple(lanes)
-        self.buckets = buckets  # parameter indices per bucket (model only)
-        for key, value in summarize(self.spans).items():
+        self.buckets = buckets  # parameter indices per bucket (model only): tuples
+        self._spans = sorted(spans, key=_START_END)
+        for key, value in summarize(self._spans).items():
             setattr(self, key, value)
+
+    @classmethod
+    def played(cls, make_spans, summary, name="", buckets=None):
+        """The model's timeline: its numbers now, its spans when first asked.
+
+        ``summary`` is what :func:`summarize` gives for the spans that
+        ``make_spans()`` returns (``tests/test_timeline.py`` checks it). A
+        figure that plots only the numbers of many steps never makes a span.
+        """
+        timeline = cls.__new__(cls)
+        timeline.name, timeline.lanes, timeline.buckets = name, (COMPUTE, COMM), buckets
+        timeline._spans, timeline._make_spans = None, make_spans
+        for key, value in summary.items():
+            setattr(timeline, key, value)
+        return timeline
+
+    @property
+    def spans(self):
+        """The spans, by start (then end) time."""
+        if self._spans is None:
+            self._spans = sorted(self._make_spans(), key=_START_END)
+        return self._spans
 
     def metrics(self):
         """The numbers of the panel, as a dict (seconds, a fraction and a count)."""
@@ -227,35 +249,51 @@ METRIC_KEYS = (
 )
 
 
-def _union_length(intervals, until=None):
-    """Total length covered by ``(start, end)`` intervals, up to ``until`` if given."""
-    total, reach = 0.0, None
+_INF = float("inf")
+
+
+def _busy_and_hidden(intervals, until):
+    """Length covered by ``(start, end)`` intervals: in all, and before ``until``."""
+    busy = hidden = 0.0
+    reach = -_INF
     for start, end in sorted(intervals):
-        if until is not None and until < end:
-            end = until
-        if reach is not None and reach > start:
+        if reach > start:  # overlaps what is already counted
             start = reach
         if end > start:
-            total += end - start
-        if reach is None or end > reach:
+            busy += end - start
+            if start < until:
+                hidden += (end if end < until else until) - start
+        if end > reach:
             reach = end
-    return total
+    return busy, hidden
 
 
 def summarize(spans):
     """Step time, backward end, busy, exposed and hidden communication of ``spans``."""
     if not spans:
         raise ValueError("a timeline needs at least one span")
-    comm = [(s.start_s, s.end_s) for s in spans if s.kind == "allreduce"]
-    backward = [s for s in spans if s.kind == "backward"]
-    start = min(s.start_s for s in spans)
-    backward_end = max((s.end_s for s in backward), default=start)
+    comm, start, last_end, backward_end = [], _INF, -_INF, None
+    for s in spans:  # one pass: the browser summarizes many steps per redraw
+        if s.kind == "allreduce":
+            comm.append((s.start_s, s.end_s))
+        elif s.kind == "backward" and (backward_end is None or s.end_s > backward_end):
+            backward_end = s.end_s
+        if s.start_s < start:
+            start = s.start_s
+        if s.end_s > last_end:
+            last_end = s.end_s
+    if backward_end is None:
+        backward_end = start
     comm_end = max((end for _, end in comm), default=backward_end)
-    comm_s = _union_length(comm)
-    hidden = _union_length(comm, until=backward_end)
+    return _summary(start, last_end, backward_end, comm_end, comm)
+
+
+def _summary(start, last_end, backward_end, comm_end, comm):
+    """:func:`summarize` from the times it needs and each all-reduce's (start, end)."""
+    comm_s, hidden = _busy_and_hidden(comm, backward_end)
     return {
         "start_s": start,
-        "step_s": max(s.end_s for s in spans) - start,
+        "step_s": last_end - start,
         "backward_end_s": backward_end - start,
         "comm_end_s": comm_end - start,
         "comm_s": comm_s,
@@ -265,17 +303,114 @@ def summarize(spans):
     }
 
 
-_INF = float("inf")
-
-
 def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
     """Lay out compute and all-reduces in time for a given bucket assignment.
 
-    An event loop over two queues, the layers (one after another) and the
-    buckets (in order, each once it is ready and the link is free). Between
-    two events each side advances at its rate: 1, or 1/stretch while the other
-    side is busy too.
+    ``buckets`` holds a tuple of parameter indices per bucket (as
+    :func:`_assign` gives them). An event loop over two queues, the layers
+    (one after another) and the buckets (in order, each once it is ready and
+    the link is free). Between two events each side advances at its rate: 1,
+    or 1/stretch while the other side is busy too. Without that interference
+    (both stretches 1, as on GPUs) the loop reduces to a recurrence,
+    :func:`_play_in_turn`, which gives the same timeline
+    (``tests/test_timeline.py`` compares the two) several times faster: the
+    browser replays up to 23 steps per slider move.
     """
+    if link.compute_stretch == 1.0 and link.comm_stretch == 1.0:
+        return _play_in_turn(
+            layers,
+            buckets,
+            link,
+            launch_at_end=launch_at_end,
+            forward_s=forward_s,
+            optimizer_s=optimizer_s,
+            name=name,
+        )
+    return _play_events(
+        layers,
+        buckets,
+        link,
+        launch_at_end=launch_at_end,
+        forward_s=forward_s,
+        optimizer_s=optimizer_s,
+        name=name,
+    )
+
+
+def _play_in_turn(
+    layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name
+):
+    """:func:`_play` when compute and communication do not slow each other down.
+
+    The layers then run back to back, and bucket k's all-reduce starts at
+    ``max(ready_k, end_{k-1})``: when its last gradient is ready (or the
+    backward ends, with ``launch_at_end``) and the link is free.
+    """
+    compute, t = [], 0.0  # (kind, start, end, label)
+    if forward_s > 0:
+        compute.append(("forward", 0.0, forward_s, "forward"))
+        t = forward_s
+    ready_of_param = []  # when each gradient is ready: its layer's end
+    for layer in layers:
+        start, t = t, t + layer.backward_s
+        compute.append(("backward", start, t, layer.name))
+        ready_of_param.extend([t] * len(layer.param_bytes))
+    backward_end = t
+    sizes = tuple(b for layer in layers for b in layer.param_bytes)
+    last_params, nbytes_of = _bucket_totals(sizes, buckets)
+    seconds = {}  # buckets of one size take as long: one cost-model call per size
+    comm, ready_at = [], []  # each all-reduce's (start, end); when it was ready
+    link_free = t if not buckets else 0.0
+    for k, nbytes in enumerate(nbytes_of):
+        ready = backward_end if launch_at_end else ready_of_param[last_params[k]]
+        if nbytes not in seconds:
+            seconds[nbytes] = link.allreduce_s(nbytes)
+        start = ready if ready > link_free else link_free
+        link_free = start + seconds[nbytes]
+        comm.append((start, link_free))
+        ready_at.append(ready)
+    t = max(backward_end, link_free)
+    if optimizer_s > 0:
+        compute.append(("optimizer", t, t + optimizer_s, "optimizer"))
+
+    def make_spans():
+        return _compute_spans(tuple(compute)) + [
+            Span(COMM, "allreduce", start, end, f"b{k}", k, nbytes_of[k], ready_at[k])
+            for k, (start, end) in enumerate(comm)
+        ]
+
+    # in bucket order the all-reduces are in time order and never overlap
+    last_end = t + optimizer_s if optimizer_s > 0 else t
+    summary = _summary(0.0, last_end, backward_end, link_free, comm)
+    return Timeline.played(make_spans, summary, name=name, buckets=buckets)
+
+
+@functools.lru_cache(maxsize=8)
+def _compute_spans(compute):
+    """The compute lane's spans: one list for steps that compute alike.
+
+    The steps of one figure often differ only in their communication (the
+    baselines and the buckets of chapter 3); sharing the spans lets a drawing
+    lay out that lane once (``mylib.figures.timeline``). Spans are not changed
+    once made.
+    """
+    return [Span(COMPUTE, *span) for span in compute]
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_totals(sizes, buckets):
+    """Each bucket's last gradient (the one it waits for) and its bytes.
+
+    Remembered, as :func:`_assign` is: the steps of one figure share them.
+    """
+    return (
+        tuple(max(bucket) for bucket in buckets),
+        tuple(sum(map(sizes.__getitem__, bucket)) for bucket in buckets),
+    )
+
+
+def _play_events(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
+    """:func:`_play` as an event loop, for any stretch factors."""
     spans, t = [], 0.0
     if forward_s > 0:
         spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
@@ -384,7 +519,7 @@ def simulate(
     """
     layers = _check(layers)
     sizes = tuple(b for layer in layers for b in layer.param_bytes)
-    buckets = [list(b) for b in _assign(sizes, cap_bytes, first_cap_bytes)]
+    buckets = _assign(sizes, cap_bytes, first_cap_bytes)
     if name is None:
         name = (
             "one all-reduce per parameter"
@@ -427,7 +562,7 @@ def all_at_end(
     n_params = sum(len(layer.param_bytes) for layer in layers)
     return _play(
         layers,
-        [list(range(n_params))],
+        (tuple(range(n_params)),),
         link,
         launch_at_end=True,
         forward_s=forward_s,
