@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from mylib.figures import ddp as of
 from mylib.figures import timeline as ts
+from mylib.models import playout
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB, assign_buckets
 from mylib.models.costmodel import ring_all_reduce_time
@@ -243,8 +244,8 @@ def test_the_recurrence_plays_the_event_loop_step(
         optimizer_s=optimizer_s,
         name="x",
     )
-    fast = tl._play_in_turn(layers, buckets, link, **kwargs)
-    loop = tl._play_events(layers, buckets, link, **kwargs)
+    fast = playout._play_in_turn(layers, buckets, link, **kwargs)
+    loop = playout._play_events(layers, buckets, link, **kwargs)
     fast_lanes, loop_lanes = _lanes(fast), _lanes(loop)
     for lane in (tl.COMPUTE, tl.COMM):
         assert len(fast_lanes[lane]) == len(loop_lanes[lane])

@@ -101,11 +101,13 @@ def train_fixed_global_batch(
     return slowest.tolist(), allreduce_s, params
 
 
-def time_compute(model, batch, width, repeats=7, threads=1):
+def time_compute(model, batch, width, repeats=15, threads=1):
     """Fastest forward and backward seconds of ``model`` on ``batch`` rows.
 
     Runs on ``threads`` threads. The fastest run is the best estimate of the
-    compute itself: other programs on the machine can only add time.
+    compute itself: other programs on the machine can only add time. Runs are
+    short (milliseconds), so 15 of them make it unlikely that every one falls
+    in a busy moment of a shared machine.
     """
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)

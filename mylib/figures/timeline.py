@@ -244,7 +244,7 @@ def _draw_lanes(fig, timeline, y, x_of, laid_out):
 
     ``laid_out`` maps the lanes already laid out in this drawing to their
     boxes, by the identity of their spans: model timelines that compute alike
-    share their compute spans (:func:`mylib.models.timeline._compute_spans`).
+    share their compute spans (:func:`mylib.models.playout._compute_spans`).
     """
     lane_y = lane_heights(timeline.lanes, y)
     for lane, ly in lane_y.items():

@@ -16,8 +16,9 @@ of ``b`` bytes over ``n`` ranks costs, by the alpha-beta model of a ring
 
 (:func:`mylib.models.costmodel.ring_all_reduce_time`, the model chapter 1
 fits to gloo). A bucket's all-reduce starts when its last gradient is ready
-*and* the link is free. The output is a :class:`Timeline`: spans of compute
-and communication and the numbers that matter (step time, exposed
+*and* the link is free (:mod:`mylib.models.playout` lays that out). The output
+is a :class:`~mylib.models.spans.Timeline`: spans of compute and
+communication and the numbers that matter (step time, exposed
 communication, overlap, bucket count). ``all_at_end`` and ``per_parameter``
 are the two baselines: one all-reduce after the backward (no overlap), one
 all-reduce per parameter (overlap, but alpha paid per parameter).
@@ -27,12 +28,21 @@ behind the chapter's sliders. 1,000 layers take about a millisecond.
 """
 
 import functools
-import operator
 
 from mylib.models.buckets import MB, assign_buckets
 from mylib.models.costmodel import ring_all_reduce_time
+from mylib.models.playout import play
 
-COMPUTE, COMM = "compute", "comm"  # the two lanes of a data-parallel step
+# What a timeline is, shared with measured runs; re-exported: tl.Span, tl.Timeline
+from mylib.models.spans import (  # noqa: F401
+    COMM,
+    COMPUTE,
+    METRIC_KEYS,
+    Span,
+    Timeline,
+    _summary,
+    summarize,
+)
 
 
 class Layer:
@@ -140,349 +150,6 @@ class Link:
         )
 
 
-class Span:
-    """Something that occupied a lane from ``start_s`` to ``end_s``.
-
-    ``kind`` is ``forward``, ``backward``, ``optimizer`` (compute lane) or
-    ``allreduce`` (comm lane); ``bucket``, ``nbytes`` and ``ready_s`` (when
-    its last gradient was ready; it may wait for the link after that)
-    describe an all-reduce.
-    """
-
-    __slots__ = (
-        "lane",
-        "kind",
-        "start_s",
-        "end_s",
-        "label",
-        "bucket",
-        "nbytes",
-        "ready_s",
-    )
-
-    def __init__(
-        self, lane, kind, start_s, end_s, label="", bucket=None, nbytes=0, ready_s=None
-    ):
-        self.lane, self.kind, self.label = lane, kind, label
-        self.start_s, self.end_s = float(start_s), float(end_s)
-        self.bucket, self.nbytes = bucket, nbytes
-        self.ready_s = self.start_s if ready_s is None else float(ready_s)
-
-    @property
-    def duration_s(self):
-        return self.end_s - self.start_s
-
-    def __repr__(self):
-        return (
-            f"Span({self.lane!r}, {self.kind!r}, {self.start_s:.6g}, "
-            f"{self.end_s:.6g}, {self.label!r})"
-        )
-
-
-_START_END = operator.attrgetter("start_s", "end_s")
-
-
-class Timeline:
-    """A step as spans on lanes, and what they add up to.
-
-    Attributes computed from the spans by :func:`summarize` (the same
-    definitions for the model and for a measured run):
-
-    * ``step_s``: first span start to last span end;
-    * ``backward_end_s``: when the last gradient was computed;
-    * ``comm_s``: time the link was busy (union of all-reduce spans);
-    * ``exposed_comm_s``: how long the step waits after the backward for
-      communication: last all-reduce end minus backward end (0 if earlier);
-    * ``overlap``: the fraction of ``comm_s`` hidden behind the backward;
-    * ``n_buckets``: number of all-reduces.
-    """
-
-    def __init__(self, spans, name="", lanes=(COMPUTE, COMM), buckets=None):
-        self.name = name
-        self.lanes = tuple(lanes)
-        self.buckets = buckets  # parameter indices per bucket (model only): tuples
-        self._spans = sorted(spans, key=_START_END)
-        for key, value in summarize(self._spans).items():
-            setattr(self, key, value)
-
-    @classmethod
-    def played(cls, make_spans, summary, name="", buckets=None):
-        """The model's timeline: its numbers now, its spans when first asked.
-
-        ``summary`` is what :func:`summarize` gives for the spans that
-        ``make_spans()`` returns (``tests/test_timeline.py`` checks it). A
-        figure that plots only the numbers of many steps never makes a span.
-        """
-        timeline = cls.__new__(cls)
-        timeline.name, timeline.lanes, timeline.buckets = name, (COMPUTE, COMM), buckets
-        timeline._spans, timeline._make_spans = None, make_spans
-        for key, value in summary.items():
-            setattr(timeline, key, value)
-        return timeline
-
-    @property
-    def spans(self):
-        """The spans, by start (then end) time."""
-        if self._spans is None:
-            self._spans = sorted(self._make_spans(), key=_START_END)
-        return self._spans
-
-    def metrics(self):
-        """The numbers of the panel, as a dict (seconds, a fraction and a count)."""
-        return {key: getattr(self, key) for key in METRIC_KEYS}
-
-    def __repr__(self):
-        return (
-            f"Timeline({self.name!r}: step {self.step_s * 1e3:.3f} ms, exposed comm "
-            f"{self.exposed_comm_s * 1e3:.3f} ms, overlap {self.overlap:.0%}, "
-            f"{self.n_buckets} buckets)"
-        )
-
-
-METRIC_KEYS = (
-    "step_s",
-    "backward_end_s",
-    "comm_s",
-    "exposed_comm_s",
-    "overlap",
-    "n_buckets",
-)
-
-
-_INF = float("inf")
-
-
-def _busy_and_hidden(intervals, until):
-    """Length covered by ``(start, end)`` intervals: in all, and before ``until``."""
-    busy = hidden = 0.0
-    reach = -_INF
-    for start, end in sorted(intervals):
-        if reach > start:  # overlaps what is already counted
-            start = reach
-        if end > start:
-            busy += end - start
-            if start < until:
-                hidden += (end if end < until else until) - start
-        if end > reach:
-            reach = end
-    return busy, hidden
-
-
-def summarize(spans):
-    """Step time, backward end, busy, exposed and hidden communication of ``spans``."""
-    if not spans:
-        raise ValueError("a timeline needs at least one span")
-    comm, start, last_end, backward_end = [], _INF, -_INF, None
-    for s in spans:  # one pass: the browser summarizes many steps per redraw
-        if s.kind == "allreduce":
-            comm.append((s.start_s, s.end_s))
-        elif s.kind == "backward" and (backward_end is None or s.end_s > backward_end):
-            backward_end = s.end_s
-        if s.start_s < start:
-            start = s.start_s
-        if s.end_s > last_end:
-            last_end = s.end_s
-    if backward_end is None:
-        backward_end = start
-    comm_end = max((end for _, end in comm), default=backward_end)
-    return _summary(start, last_end, backward_end, comm_end, comm)
-
-
-def _summary(start, last_end, backward_end, comm_end, comm):
-    """:func:`summarize` from the times it needs and each all-reduce's (start, end)."""
-    comm_s, hidden = _busy_and_hidden(comm, backward_end)
-    return {
-        "start_s": start,
-        "step_s": last_end - start,
-        "backward_end_s": backward_end - start,
-        "comm_end_s": comm_end - start,
-        "comm_s": comm_s,
-        "exposed_comm_s": max(0.0, comm_end - backward_end),
-        "overlap": hidden / comm_s if comm_s > 0 else 0.0,
-        "n_buckets": len(comm),
-    }
-
-
-def _play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
-    """Lay out compute and all-reduces in time for a given bucket assignment.
-
-    ``buckets`` holds a tuple of parameter indices per bucket (as
-    :func:`_assign` gives them). An event loop over two queues, the layers
-    (one after another) and the buckets (in order, each once it is ready and
-    the link is free). Between two events each side advances at its rate: 1,
-    or 1/stretch while the other side is busy too. Without that interference
-    (both stretches 1, as on GPUs) the loop reduces to a recurrence,
-    :func:`_play_in_turn`, which gives the same timeline
-    (``tests/test_timeline.py`` compares the two) several times faster: the
-    browser replays up to 23 steps per slider move.
-    """
-    if link.compute_stretch == 1.0 and link.comm_stretch == 1.0:
-        return _play_in_turn(
-            layers,
-            buckets,
-            link,
-            launch_at_end=launch_at_end,
-            forward_s=forward_s,
-            optimizer_s=optimizer_s,
-            name=name,
-        )
-    return _play_events(
-        layers,
-        buckets,
-        link,
-        launch_at_end=launch_at_end,
-        forward_s=forward_s,
-        optimizer_s=optimizer_s,
-        name=name,
-    )
-
-
-def _play_in_turn(
-    layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name
-):
-    """:func:`_play` when compute and communication do not slow each other down.
-
-    The layers then run back to back, and bucket k's all-reduce starts at
-    ``max(ready_k, end_{k-1})``: when its last gradient is ready (or the
-    backward ends, with ``launch_at_end``) and the link is free.
-    """
-    compute, t = [], 0.0  # (kind, start, end, label)
-    if forward_s > 0:
-        compute.append(("forward", 0.0, forward_s, "forward"))
-        t = forward_s
-    ready_of_param = []  # when each gradient is ready: its layer's end
-    for layer in layers:
-        start, t = t, t + layer.backward_s
-        compute.append(("backward", start, t, layer.name))
-        ready_of_param.extend([t] * len(layer.param_bytes))
-    backward_end = t
-    sizes = tuple(b for layer in layers for b in layer.param_bytes)
-    last_params, nbytes_of = _bucket_totals(sizes, buckets)
-    seconds = {}  # buckets of one size take as long: one cost-model call per size
-    comm, ready_at = [], []  # each all-reduce's (start, end); when it was ready
-    link_free = t if not buckets else 0.0
-    for k, nbytes in enumerate(nbytes_of):
-        ready = backward_end if launch_at_end else ready_of_param[last_params[k]]
-        if nbytes not in seconds:
-            seconds[nbytes] = link.allreduce_s(nbytes)
-        start = ready if ready > link_free else link_free
-        link_free = start + seconds[nbytes]
-        comm.append((start, link_free))
-        ready_at.append(ready)
-    t = max(backward_end, link_free)
-    if optimizer_s > 0:
-        compute.append(("optimizer", t, t + optimizer_s, "optimizer"))
-
-    def make_spans():
-        return _compute_spans(tuple(compute)) + [
-            Span(COMM, "allreduce", start, end, f"b{k}", k, nbytes_of[k], ready_at[k])
-            for k, (start, end) in enumerate(comm)
-        ]
-
-    # in bucket order the all-reduces are in time order and never overlap
-    last_end = t + optimizer_s if optimizer_s > 0 else t
-    summary = _summary(0.0, last_end, backward_end, link_free, comm)
-    return Timeline.played(make_spans, summary, name=name, buckets=buckets)
-
-
-@functools.lru_cache(maxsize=8)
-def _compute_spans(compute):
-    """The compute lane's spans: one list for steps that compute alike.
-
-    The steps of one figure often differ only in their communication (the
-    baselines and the buckets of chapter 3); sharing the spans lets a drawing
-    lay out that lane once (``mylib.figures.timeline``). Spans are not changed
-    once made.
-    """
-    return [Span(COMPUTE, *span) for span in compute]
-
-
-@functools.lru_cache(maxsize=64)
-def _bucket_totals(sizes, buckets):
-    """Each bucket's last gradient (the one it waits for) and its bytes.
-
-    Remembered, as :func:`_assign` is: the steps of one figure share them.
-    """
-    return (
-        tuple(max(bucket) for bucket in buckets),
-        tuple(sum(map(sizes.__getitem__, bucket)) for bucket in buckets),
-    )
-
-
-def _play_events(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
-    """:func:`_play` as an event loop, for any stretch factors."""
-    spans, t = [], 0.0
-    if forward_s > 0:
-        spans.append(Span(COMPUTE, "forward", 0.0, forward_s, "forward"))
-        t = forward_s
-    bucket_of = {i: k for k, bucket in enumerate(buckets) for i in bucket}
-    # each side's rate while the other is busy too
-    slow_compute, slow_comm = 1.0 / link.compute_stretch, 1.0 / link.comm_stretch
-    # gradients each bucket still waits for
-    missing = [len(bucket) for bucket in buckets]
-    sizes = [b for layer in layers for b in layer.param_bytes]
-    nbytes_of = [sum(map(sizes.__getitem__, bucket)) for bucket in buckets]
-    # buckets of one size take as long: one cost-model call per size
-    seconds = {b: link.allreduce_s(b) for b in set(nbytes_of)}
-    ready_at = [None] * len(buckets)
-    layer, layer_start, work_left = 0, t, (layers[0].backward_s if layers else 0.0)
-    param, n_layers, n_buckets = 0, len(layers), len(buckets)
-    # next bucket to send; when the one on the link started
-    bucket, comm_start, comm_left = 0, None, 0.0
-    while layer < n_layers or bucket < n_buckets:
-        computing, sending = layer < n_layers, comm_start is not None
-        if not sending and bucket < n_buckets and ready_at[bucket] is not None:
-            comm_start, sending = t, True
-            comm_left = seconds[nbytes_of[bucket]]
-        compute_rate = slow_compute if sending else 1.0
-        comm_rate = slow_comm if computing else 1.0
-        dt_compute = work_left / compute_rate if computing else _INF
-        dt_comm = comm_left / comm_rate if sending else _INF
-        dt = dt_comm if dt_comm < dt_compute else dt_compute
-        if dt == _INF:
-            # a bug, not bad input
-            raise AssertionError(
-                "timeline model stalled: a bucket can never become ready"
-            )
-        t += dt
-        if computing:
-            work_left -= dt * compute_rate
-        if sending:
-            comm_left -= dt * comm_rate
-        if computing and dt == dt_compute:  # the layer is done: its gradients are ready
-            spans.append(Span(COMPUTE, "backward", layer_start, t, layers[layer].name))
-            for _ in layers[layer].param_bytes:
-                k = bucket_of[param]
-                missing[k] -= 1
-                if missing[k] == 0 and not launch_at_end:
-                    ready_at[k] = t
-                param += 1
-            layer += 1
-            layer_start, work_left = (
-                t,
-                (layers[layer].backward_s if layer < n_layers else 0.0),
-            )
-            if layer == n_layers and launch_at_end:
-                ready_at = [t] * len(buckets)
-        if sending and dt == dt_comm:
-            spans.append(
-                Span(
-                    COMM,
-                    "allreduce",
-                    comm_start,
-                    t,
-                    f"b{bucket}",
-                    bucket=bucket,
-                    nbytes=nbytes_of[bucket],
-                    ready_s=ready_at[bucket],
-                )
-            )
-            bucket, comm_start = bucket + 1, None
-    if optimizer_s > 0:
-        spans.append(Span(COMPUTE, "optimizer", t, t + optimizer_s, "optimizer"))
-    return Timeline(spans, name=name, buckets=buckets)
-
-
 def _check(layers):
     layers = list(layers)
     if not layers:
@@ -526,7 +193,7 @@ def simulate(
             if cap_bytes == 0
             else f"buckets of {cap_bytes / MB:g} MB"
         )
-    return _play(
+    return play(
         layers,
         buckets,
         link,
@@ -560,7 +227,7 @@ def all_at_end(
     """
     layers = _check(layers)
     n_params = sum(len(layer.param_bytes) for layer in layers)
-    return _play(
+    return play(
         layers,
         (tuple(range(n_params)),),
         link,
