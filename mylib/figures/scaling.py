@@ -480,5 +480,5 @@ SCALING_SLIDERS = [
         "{:g} GB/s",
     ),
     steps("alpha_us", "latency \u03b1", 0.0, 50.0, 1.0, 5.0, "\u00b5s"),
-    choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25),
+    choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25, "{:g} MB"),
 ]

@@ -29,7 +29,7 @@ def play(layers, buckets, link, *, launch_at_end, forward_s, optimizer_s, name):
     (both stretches 1, as on GPUs) the loop reduces to a recurrence,
     :func:`_play_in_turn`, which gives the same timeline
     (``tests/test_timeline.py`` compares the two) several times faster: the
-    browser replays up to 23 steps per slider move.
+    browser plays up to 22 steps per slider move (chapter 7).
     """
     without_interference = link.compute_stretch == 1.0 and link.comm_stretch == 1.0
     played = _play_in_turn if without_interference else _play_events
