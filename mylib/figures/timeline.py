@@ -28,15 +28,12 @@ LANE_H, LANE_GAP, TITLE_H, BLOCK_GAP = 16, 4, 18, 14
 LEFT, PANEL_W, AXIS_H = 70, 160, 52
 
 
-BACKWARD_ALT = "#6baed6"  # every other layer's backward
-
-
 def span_fill(span, index):
     """Alternate two shades per lane so neighbouring layers and buckets stand apart."""
     if span.kind == "allreduce":
         return PALETTE["comm"] if index % 2 == 0 else PALETTE["comm_alt"]
     if span.kind == "backward":
-        return PALETTE["compute"] if index % 2 == 0 else BACKWARD_ALT
+        return PALETTE["compute"] if index % 2 == 0 else "#6baed6"
     return PALETTE.get(span.kind, PALETTE["idle"])
 
 
@@ -100,13 +97,9 @@ def _boxes(spans, x_of, t0):
     spans of one layer (same shade) become one box; runs of spans too narrow
     to see apart become one box in the lane's colour.
     """
-    # hot: a redraw walks every span of every lane, so x_of and span_fill() are
-    # inlined here, with the same arithmetic
+    # hot: a redraw walks every span of every lane, so x_of is inlined here,
+    # with the same arithmetic
     left, width, t_max = x_of.left, x_of.width, x_of.t_max
-    shades = {
-        "allreduce": (PALETTE["comm"], PALETTE["comm_alt"]),
-        "backward": (PALETTE["compute"], BACKWARD_ALT),
-    }
     # a box: [x0, x1, fill, group, n spans, first span, end_s, nbytes, last label]
     boxes, last, last_group, shade = [], None, None, -1
     for span in spans:
@@ -116,8 +109,7 @@ def _boxes(spans, x_of, t0):
             last_group = group
         x0 = left + width * (span.start_s - t0) / t_max
         x1 = left + width * (span.end_s - t0) / t_max
-        pair = shades.get(span.kind)
-        fill = pair[shade % 2] if pair else PALETTE.get(span.kind, PALETTE["idle"])
+        fill = span_fill(span, shade)
         if last is not None and x0 - last[1] < 0.5:
             same_layer = last[3] == group and last[2] == fill
             if same_layer or (
