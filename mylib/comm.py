@@ -15,10 +15,14 @@ on the wire:
 
   =====================  ==============================
   all_reduce             2 (n-1)/n x bytes
-  reduce_scatter_tensor  (n-1)/n x bytes of the input
-  all_gather_into_tensor (n-1)   x bytes of the input shard
+  reduce_scatter_single  (n-1)/n x bytes of the input
+  all_gather_single      (n-1)   x bytes of the input shard
   broadcast              bytes, except the rank just before the root
   =====================  ==============================
+
+``reduce_scatter_single`` and ``all_gather_single`` are torch 2.13's names for
+the one-flat-tensor collectives; the older ``reduce_scatter_tensor`` and
+``all_gather_into_tensor`` still work but warn (``FutureWarning``) and call them.
 
 The ring all-reduce of :mod:`mylib.ring` is built from ``send``/``recv``
 here, so for it the count is measured, not modelled; chapter 1 checks that
@@ -114,21 +118,21 @@ def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
     return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
 
 
-def reduce_scatter_tensor(
+def reduce_scatter_single(
     output, input, op=dist.ReduceOp.SUM, group=None, async_op=False
 ):
-    """``dist.reduce_scatter_tensor``, counting (n-1)/n x the input's bytes."""
+    """``dist.reduce_scatter_single``, counting (n-1)/n x the input's bytes."""
     n = _world(group)
     _record("reduce_scatter", (n - 1) * nbytes(input) // n)
-    return dist.reduce_scatter_tensor(
+    return dist.reduce_scatter_single(
         output, input, op=op, group=group, async_op=async_op
     )
 
 
-def all_gather_into_tensor(output, input, group=None, async_op=False):
-    """``dist.all_gather_into_tensor``, counting (n-1) x the input shard's bytes."""
+def all_gather_single(output, input, group=None, async_op=False):
+    """``dist.all_gather_single``, counting (n-1) x the input shard's bytes."""
     _record("all_gather", (_world(group) - 1) * nbytes(input))
-    return dist.all_gather_into_tensor(output, input, group=group, async_op=async_op)
+    return dist.all_gather_single(output, input, group=group, async_op=async_op)
 
 
 def broadcast(tensor, src, group=None, async_op=False):

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 
 import cloudpickle
 import torch
@@ -89,7 +90,9 @@ def run_ranks(
     initialised process group (``dist.get_rank()`` works in ``fn``). ``backend``
     is ``"gloo"`` (CPU) or ``"nccl"`` (one GPU per rank). Whatever a rank prints
     is shown after the run, rank by rank, prefixed ``[rank r]``
-    (``show_output=False`` hides it).
+    (``show_output=False`` hides it). Each rank treats warnings as the caller
+    does at the call (its filters for Python's warning classes), so a test
+    that makes a warning an error makes it one in the ranks too.
 
     Raises :class:`RankError` naming the first rank that failed, with its
     traceback, and :class:`RankTimeout` if the ranks are not all done within
@@ -111,7 +114,11 @@ def run_ranks(
     ctx = _context()
     # sys.path travels too: fn may live in a module only the caller can import
     # (a test folder, say).
-    payload = (list(sys.path), cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))))
+    payload = (
+        list(sys.path),
+        _builtin_warning_filters(),
+        cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}))),
+    )
     # The parent owns the rendezvous store: port 0 lets the OS choose a free
     # port, and holding it open means no other launch can grab it meanwhile.
     store = dist.TCPStore(
@@ -375,7 +382,8 @@ def _rank_main(
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed):
-            parent_path, pickled = payload
+            parent_path, warning_filters, pickled = payload
+            _use_warning_filters(warning_filters)
             sys.path[:0] = [p for p in parent_path if p not in sys.path]
             fn, args, kwargs = cloudpickle.loads(pickled)
             if backend == "nccl":
@@ -402,6 +410,29 @@ def _rank_main(
                 dist.destroy_process_group()
     results_q.close()
     results_q.join_thread()
+
+
+def _builtin_warning_filters():
+    """The caller's warning filters for Python's own warning classes, picklable.
+
+    Under pytest they include pyproject.toml's ``filterwarnings`` (torch's
+    FutureWarnings are errors there); a class of another package might not
+    import in the rank, so those filters stay behind.
+    """
+    def pattern(regex):  # a compiled regex, a plain string or None
+        return getattr(regex, "pattern", regex) or ""
+
+    return [
+        (action, pattern(message), category, pattern(module), lineno)
+        for action, message, category, module, lineno in warnings.filters
+        if category.__module__ == "builtins"
+    ]
+
+
+def _use_warning_filters(filters):
+    warnings.resetwarnings()
+    for action, message, category, module, lineno in reversed(filters):
+        warnings.filterwarnings(action, message, category, module, lineno)
 
 
 def _exit_with_parent(parent_pid):

@@ -218,7 +218,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.optim.step()
         for bucket in self.buckets:
             shard = bucket.flat[bucket.shard_start : bucket.shard_end].clone()
-            comm.all_gather_into_tensor(bucket.flat, shard, group=self.process_group)
+            comm.all_gather_single(bucket.flat, shard, group=self.process_group)
         return loss
 
     def _shard_gradients(self):
@@ -245,7 +245,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 end = min(start + width, bucket.shard_numel)
                 # Divide, then sum: the mean, as MyDDP and DDP's reducer do.
                 # (No name for the copy sent: it is freed before the next one.)
-                comm.reduce_scatter_tensor(
+                comm.reduce_scatter_single(
                     bucket.grad_shard[start:end],
                     bucket.shard_slices(grads, start, end).div_(self.world_size),
                     group=self.process_group,
@@ -309,7 +309,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                             key
                         ]
                 full = torch.empty(bucket.numel, dtype=shard.dtype, device=shard.device)
-                comm.all_gather_into_tensor(full, shard, group=self.process_group)
+                comm.all_gather_single(full, shard, group=self.process_group)
                 for p, offset, numel in zip(
                     bucket.params, bucket.offsets, bucket.numels
                 ):

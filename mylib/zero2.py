@@ -174,7 +174,7 @@ class ShardedGradOptimizer(ShardedOptimizer):
         received = torch.empty(
             bucket.shard_numel, dtype=flat_grad.dtype, device=flat_grad.device
         )
-        work = comm.reduce_scatter_tensor(
+        work = comm.reduce_scatter_single(
             received, flat_grad, group=self.process_group, async_op=True
         )
         self._in_flight.append((b, received, work))

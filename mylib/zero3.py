@@ -87,7 +87,7 @@ class ShardedFlat:
         self.full.untyped_storage().resize_(self.full_bytes)
         # Write through .data: autograd must not count the refill as an
         # in-place change of the views it saved.
-        return comm.all_gather_into_tensor(
+        return comm.all_gather_single(
             self.full.data, self.shard, group=self.process_group, async_op=async_op
         )
 
@@ -333,7 +333,7 @@ class ShardedModel(nn.Module):
         received = torch.empty_like(flat.shard)
         with torch.no_grad():  # divide, then sum: the mean, as MyDDP does
             flat.full.grad.div_(dist.get_world_size(self.process_group))
-        work = comm.reduce_scatter_tensor(
+        work = comm.reduce_scatter_single(
             received, flat.full.grad, group=self.process_group, async_op=True
         )
         # Keep the buffer being sent alive until the reduction is done.
@@ -383,7 +383,7 @@ class ShardedModel(nn.Module):
                 buffer = torch.empty(
                     flat.layout.numel, dtype=flat.shard.dtype, device=flat.shard.device
                 )
-                comm.all_gather_into_tensor(
+                comm.all_gather_single(
                     buffer, flat.shard, group=self.process_group
                 )
                 for p, shape, offset, numel in zip(

@@ -30,8 +30,8 @@ def _every_collective():
 
     shard, expected = torch.empty(NUMEL // n), torch.empty(NUMEL // n)
     with count_bytes() as stats:
-        comm.reduce_scatter_tensor(shard, x.clone())
-    dist.reduce_scatter_tensor(expected, x.clone())
+        comm.reduce_scatter_single(shard, x.clone())
+    dist.reduce_scatter_single(expected, x.clone())
     out["reduce_scatter"] = (
         torch.equal(shard, expected),
         stats.bytes_sent,
@@ -41,8 +41,8 @@ def _every_collective():
     mine = x[: NUMEL // n].clone()
     gathered, expected = torch.empty(NUMEL), torch.empty(NUMEL)
     with count_bytes() as stats:
-        comm.all_gather_into_tensor(gathered, mine)
-    dist.all_gather_into_tensor(expected, mine)
+        comm.all_gather_single(gathered, mine)
+    dist.all_gather_single(expected, mine)
     out["all_gather"] = (
         torch.equal(gathered, expected),
         stats.bytes_sent,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 import torch
@@ -116,6 +117,25 @@ def test_a_hang_becomes_a_timeout_that_shows_where_each_rank_was():
         and "_mismatched_collectives" in info.value.stuck[0]
     )
     assert "in broadcast" in info.value.stuck[1]
+
+
+def _deprecated_collective():
+    shard = torch.ones(2)
+    dist.all_gather_into_tensor(torch.empty(2 * dist.get_world_size()), shard)
+    return "no error"
+
+
+def test_torchs_future_warnings_fail_in_the_test_and_in_its_ranks():
+    # pyproject.toml's filterwarnings: here, and in every rank run_ranks starts
+    with pytest.raises(FutureWarning, match="use `torch.distributed.all_gather_single"):
+        dist.all_gather_into_tensor(torch.empty(2), torch.empty(1))
+    with pytest.raises(RankError, match="all_gather_single") as info:
+        run_ranks(_deprecated_collective, 2, show_output=False)
+    assert "FutureWarning" in info.value.rank_traceback
+    # The ranks take the caller's filters at the call: ignored there, ignored here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        assert run_ranks(_deprecated_collective, 2) == ["no error"] * 2
 
 
 def _rank():

@@ -140,8 +140,8 @@ def four_collectives(api, numel):
     x, shard, full = torch.ones(numel), torch.empty(numel // n), torch.empty(numel)
     return {
         "all-reduce": lambda: api.all_reduce(x),
-        "reduce-scatter": lambda: api.reduce_scatter_tensor(shard, x),
-        "all-gather": lambda: api.all_gather_into_tensor(full, shard),
+        "reduce-scatter": lambda: api.reduce_scatter_single(shard, x),
+        "all-gather": lambda: api.all_gather_single(full, shard),
         "broadcast": lambda: api.broadcast(x, src=0),
     }
 
