@@ -21,6 +21,10 @@ What makes it fast is *when* the averaging happens:
 4. ``finish_gradient_sync()`` waits for the buckets still in flight; only the
    last ones are exposed.
 
+Whether a backward synchronises is decided by the forward before it, as in
+PyTorch's DDP (chapter 4): a forward outside ``no_sync()`` prepares the next
+backward to all-reduce, one inside it does not.
+
 Usage, on every rank::
 
     model = MyDDP(net, bucket_cap_mb=25)
@@ -30,8 +34,8 @@ Usage, on every rank::
 
 ``tests/test_ddp_like_torch.py`` checks each of these behaviours against
 PyTorch's ``DistributedDataParallel`` (torch 2.13). The class reads in the
-chapter's order: construction, the gradient hook, the launch, the finish,
-``no_sync``. The guard rails (misuse that would otherwise hang or silently
+chapter's order: construction, the forward, the gradient hook, the launch,
+the finish, ``no_sync``. The guard rails (misuse that would otherwise hang or silently
 diverge) and ``find_unused_parameters`` are in :mod:`mylib.ddp_checks`, which
 :class:`MyDDP` inherits from: read them after chapter 8.
 """
@@ -161,8 +165,12 @@ class MyDDP(DDPChecks, nn.Module):
             for i, (_, p) in enumerate(self._named)
         ]
         self._comm_hook, self._comm_state = allreduce_average_hook, process_group
-        self._sync_enabled = True  # False inside no_sync()
-        self._local_grads = False  # no_sync() gradients not yet averaged
+        # False inside no_sync(). The forward reads it, as DDP's does: a forward
+        # outside no_sync() prepares the coming backward to synchronise.
+        self.require_backward_grad_sync = True
+        self._prepared = False  # the coming backward all-reduces (DDP's reducer
+        # calls this prepare_for_backward)
+        self._local_grads = False  # gradients of unprepared backwards, not averaged
         # The order the gradients arrive in the first synchronised backward: the
         # buckets are rebuilt in it before the next forward, once (not with
         # find_unused_parameters=True, as PyTorch).
@@ -218,8 +226,11 @@ class MyDDP(DDPChecks, nn.Module):
         if self.broadcast_buffers and self.world_size > 1:
             self._broadcast_from_rank0(self.module.buffers())
         output = self.module(*args, **kwargs)
-        if self.find_unused_parameters and self._sync_enabled:
-            if torch.is_grad_enabled():
+        # The forward decides, as DDP's: inside no_sync() the coming backward
+        # only accumulates, wherever that backward runs.
+        if torch.is_grad_enabled() and self.require_backward_grad_sync:
+            self._prepared = True
+            if self.find_unused_parameters:
                 self._find_unused(output)
         return output
 
@@ -231,7 +242,7 @@ class MyDDP(DDPChecks, nn.Module):
         bucket, slot = self._where[index]
         self._note_arrival(index, bucket, slot)  # tracing, checks, arrival order
         self._into_bucket(bucket, slot, param)  # .grad becomes a view of the bucket
-        if self._sync_enabled:  # inside no_sync() (chapter 4) nothing is sent
+        if self._prepared:  # a forward inside no_sync() (chapter 4): nothing is sent
             bucket.ready.add(slot)
             self._launch_ready_buckets()
             self.allreduces_in_backward = self._next_bucket
@@ -240,7 +251,7 @@ class MyDDP(DDPChecks, nn.Module):
         """The bookkeeping of a gradient's arrival: trace, checks, arrival order."""
         self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
         self._used.add(index)
-        if not self._sync_enabled:
+        if not self._prepared:
             self._local_grads = True  # no_sync(): accumulated here, averaged later
             return
         if not self._backward_seen:
@@ -305,22 +316,25 @@ class MyDDP(DDPChecks, nn.Module):
         self.copied_bytes, self._copied = self._copied, 0
         self._rebuild_due = self._ready_order is not None
         self._reset_iteration()
-        self._local_grads = False
+        self._prepared = self._local_grads = False
         self._trace("sync_done")
 
     @contextlib.contextmanager
     def no_sync(self):
-        """Inside this block backward accumulates gradients locally, sending nothing.
+        """A forward inside this block prepares a backward that sends nothing.
 
-        They accumulate in the bucket buffers, as in a synchronised step. It may
-        be re-entered. The last micro-step's backward runs outside it.
+        That backward accumulates the gradients locally, in the bucket buffers
+        as in a synchronised step. As in PyTorch's DDP the forward decides: run
+        the micro-step's forward *and* backward inside, the last micro-step's
+        outside. It may be re-entered.
         """
         self._check_no_sync()
-        previous, self._sync_enabled = self._sync_enabled, False
+        previous = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
         try:
             yield
         finally:
-            self._sync_enabled = previous
+            self.require_backward_grad_sync = previous
 
     def register_comm_hook(self, state, hook):
         """Replace how a bucket is reduced, as PyTorch's DDP allows.

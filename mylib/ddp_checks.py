@@ -32,6 +32,7 @@ class DDPChecks:
     def _install_guard_rails(self):
         self._param_ids = {id(p) for b in self.buckets for p in b.params}
         self._released = False
+        self._forward_ran = False  # through this wrapper, since the last sync
         # An older MyDDP on these parameters (a re-run with another cap) lets go.
         older = (_OWNERS.get(i) for i in self._param_ids)
         for old in {id(o): o for o in older if o is not None}.values():
@@ -59,6 +60,7 @@ class DDPChecks:
 
     def _check_forward(self):
         self._check_not_released()
+        self._forward_ran = True
         if self._backward_seen:
             raise RuntimeError(
                 "the previous backward's gradients were never synchronised: call "
@@ -82,17 +84,20 @@ class DDPChecks:
             )
 
     def _check_finish(self):
-        if not self._sync_enabled:
-            raise RuntimeError(
-                "finish_gradient_sync() was called inside no_sync(), where "
-                "gradients stay local on purpose: run the last micro-step's forward "
-                "and backward outside no_sync(), then call it"
-            )
         self._check_not_released()
+        forward_ran, self._forward_ran = self._forward_ran, False
+        if not self._backward_seen and self._local_grads and not forward_ran:
+            raise RuntimeError(
+                "the backward followed no forward of this MyDDP (model.module(x) "
+                "instead of model(x)?), so nothing was sent: the wrapper's forward "
+                "prepares the backward to synchronise, as in PyTorch's DDP (which "
+                "then sends nothing, silently). Call model(x)"
+            )
         if not self._backward_seen and self._local_grads:
             raise RuntimeError(
-                "every backward since the last sync ran inside no_sync(), so nothing "
-                "was sent: run the last micro-step's forward and backward outside "
+                "every backward since the last sync followed a forward inside "
+                "no_sync(), so nothing was sent (the forward decides, as in PyTorch's "
+                "DDP): run the last micro-step's forward and backward outside "
                 "no_sync(), then call this"
             )
         if not self._backward_seen:
@@ -219,8 +224,8 @@ def _check_step(model_ref, optimizer, args, kwargs):
     raise RuntimeError(
         "optimizer.step() on gradients accumulated inside no_sync() and never "
         "averaged: each rank would take its own step and the replicas would drift "
-        "apart. Run the last micro-step's backward outside no_sync(), call "
-        "finish_gradient_sync(), then step"
+        "apart. Run the last micro-step's forward and backward outside no_sync(), "
+        "call finish_gradient_sync(), then step"
     )
 
 

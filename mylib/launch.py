@@ -419,6 +419,7 @@ def _builtin_warning_filters():
     FutureWarnings are errors there); a class of another package might not
     import in the rank, so those filters stay behind.
     """
+
     def pattern(regex):  # a compiled regex, a plain string or None
         return getattr(regex, "pattern", regex) or ""
 

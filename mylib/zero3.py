@@ -383,9 +383,7 @@ class ShardedModel(nn.Module):
                 buffer = torch.empty(
                     flat.layout.numel, dtype=flat.shard.dtype, device=flat.shard.device
                 )
-                comm.all_gather_single(
-                    buffer, flat.shard, group=self.process_group
-                )
+                comm.all_gather_single(buffer, flat.shard, group=self.process_group)
                 for p, shape, offset, numel in zip(
                     flat.params, flat.shapes, flat.layout.offsets, flat.layout.numels
                 ):

@@ -117,12 +117,13 @@ def _no_sync_equivalence(m, cap_mb, per_rank=3):
             rank * m : (rank + 1) * m
         ]
         for i, (xs, ys) in enumerate(micro):
-            loss = nn.functional.mse_loss(model(xs), ys) / m
+            # The forward decides whether its backward syncs (as PyTorch's DDP):
+            # it goes inside no_sync() with its backward.
             if i < m - 1:
                 with model.no_sync():
-                    loss.backward()
+                    (nn.functional.mse_loss(model(xs), ys) / m).backward()
             else:
-                loss.backward()
+                (nn.functional.mse_loss(model(xs), ys) / m).backward()
         model.finish_gradient_sync()
         opt.step()
         opt1.zero_grad()
@@ -136,6 +137,13 @@ def test_no_sync_accumulation_equals_whole_batch(world, m, cap):
     assert max(run_ranks(_no_sync_equivalence, world, args=(m, cap))) < TOL
 
 
+class FirstOnly(nn.Sequential):
+    """Two layers; the forward uses the first only."""
+
+    def forward(self, x):
+        return self[0](x)
+
+
 def _misuse(case):
     rank = dist.get_rank()
     if case == "shapes":
@@ -143,7 +151,11 @@ def _misuse(case):
     model = MyDDP(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3)), bucket_cap_mb=0)
     x = torch.randn(2, 3)
     if case == "unused":
-        model.module[0](x).sum().backward()  # the second layer gets no gradient
+        model = MyDDP(FirstOnly(nn.Linear(3, 3), nn.Linear(3, 3)), bucket_cap_mb=0)
+        model(x).sum().backward()  # the second layer gets no gradient
+        model.finish_gradient_sync()
+    if case == "inner_module":  # past the wrapper: its forward never ran
+        model.module(x).sum().backward()
         model.finish_gradient_sync()
     if case == "twice":
         model(x).sum().backward()
@@ -163,6 +175,7 @@ def _misuse(case):
     [
         ("shapes", "differs across ranks"),
         ("unused", "got no gradient"),
+        ("inner_module", "instead of model\\(x\\)"),
         ("twice", "without a backward"),
         ("no_backward", "without a backward"),
         ("forgot_finish", "never synchronised"),
@@ -174,17 +187,22 @@ def test_misuse_gets_a_clear_error(case, message):
         run_ranks(_misuse, 2, args=(case,), timeout_s=30, show_output=False)
 
 
+class FirstTwo(nn.Sequential):
+    """Three layers; the forward uses the first, and the second if told to."""
+
+    def forward(self, x, second):
+        return self[1](self[0](x)) if second else self[0](x)
+
+
 def _unused_allowed():
     model = MyDDP(
-        nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3)),
+        FirstTwo(nn.Linear(3, 3), nn.Linear(3, 3), nn.Linear(3, 3)),
         bucket_cap_mb=0,
         find_unused_parameters=True,
     )
     x = torch.ones(2, 3) * (dist.get_rank() + 1)
-    y = model.module[0](x)
-    if dist.get_rank() == 0:
-        y = model.module[1](y)  # the second layer: used on rank 0 only
-    y.sum().backward()
+    # the second layer: used on rank 0 only
+    model(x, second=dist.get_rank() == 0).sum().backward()
     model.finish_gradient_sync()
     return [layer.weight.grad for layer in model.module]
 

@@ -1,6 +1,7 @@
 """MyDDP does what PyTorch's DistributedDataParallel does (torch 2.13), each behaviour
 compared with DDP itself: the bucketing rule with mixed dtypes, the bucket rebuild after
-the first step, unused parameters, and the gradient copies."""
+the first step, unused parameters, no_sync() decided at the forward, and the gradient
+copies and the gradients held during accumulation."""
 
 import pytest
 import torch
@@ -12,6 +13,12 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mylib import MyDDP, run_ranks
+from mylib.experiments.accum_check import (
+    GRADIENT_SETUPS,
+    PLACEMENTS,
+    gradient_sets,
+    placements_both_ways,
+)
 from mylib.models.buckets import MB, assign_buckets, first_iteration_buckets
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float64]
@@ -395,3 +402,38 @@ def test_copies_per_step_and_no_sync_accumulates_in_the_buckets(set_to_none):
     # Inside no_sync() the micro-steps accumulate in the bucket views: one gradient
     # buffer, no second full copy.
     assert all(out["no_sync_views"]) and all(out["views"])
+
+
+# -- no_sync() is decided at the forward ----------------------------------------------
+
+
+def test_the_forward_decides_whether_the_backward_syncs_as_in_pytorch():
+    """All four placements of a micro-step's forward and backward around no_sync()."""
+    for out in run_ranks(placements_both_ways, 2):
+        buckets = out["buckets"]
+        for placement, (forward_inside, _) in PLACEMENTS.items():
+            row = out[placement]
+            # DDP's _pre_forward/_post_forward prepare the reducer only outside
+            # no_sync(): the backward follows its forward, wherever it runs.
+            expected = 0 if forward_inside else buckets
+            assert row["ddp"] == row["mine"] == expected, (placement, row)
+            assert row["diff_after_placed"] == 0 and row["diff_at_end"] == 0, row
+
+
+def test_gradient_sets_held_during_accumulation_as_pytorch():
+    """Two full sets inside no_sync() under DDP but with gradient_as_bucket_view=True
+    and zero_grad(set_to_none=False); MyDDP one set always (it copies into its
+    buckets inside no_sync() too)."""
+    expected = {  # (inside no_sync, after the synchronised backward)
+        ("DDP", True): (2, 2),
+        ("DDP", False): (2, 2),
+        ("DDP, gradient_as_bucket_view=True", True): (2, 1),
+        ("DDP, gradient_as_bucket_view=True", False): (1, 1),
+        ("MyDDP", True): (1, 1),
+        ("MyDDP", False): (1, 1),
+    }
+    assert {setup for setup, _ in expected} == set(GRADIENT_SETUPS)
+    for out in run_ranks(gradient_sets, 2):
+        for key, (inside, after) in expected.items():
+            assert out[key]["inside_no_sync"] == inside, key
+            assert out[key]["after_sync"] == after, key

@@ -145,7 +145,7 @@ def _edge_cases():
         with model.no_sync():
             (F.mse_loss(model(micro[2][0]), micro[2][1]) / 4).backward()
         assert (
-            not model._sync_enabled
+            not model.require_backward_grad_sync
         )  # leaving the inner block keeps the outer one's setting
     (F.mse_loss(model(micro[3][0]), micro[3][1]) / 4).backward()
     model.finish_gradient_sync()
@@ -160,6 +160,14 @@ def _edge_cases():
         out["step_inside"] = error_of(opt.step)
     out["step_after_no_sync"] = error_of(opt.step)
     out["finish_after_only_no_sync"] = error_of(model.finish_gradient_sync)
+    # The forward decides (as PyTorch's DDP): a backward outside no_sync() whose
+    # forward ran inside sends nothing either.
+    last = MyDDP(make_model(0))
+    with last.no_sync():
+        loss = F.mse_loss(last(x), y)
+    loss.backward()
+    out["last_forward_inside"] = error_of(last.finish_gradient_sync)
+    last.zero_grad()
     other = torch.nn.Linear(
         2, 2
     )  # another model's optimizer is none of MyDDP's business
@@ -220,7 +228,14 @@ def test_no_sync_twice_in_a_row_and_nested(edge):
     [
         ("step_inside", "inside no_sync\\(\\) and never averaged"),
         ("step_after_no_sync", "inside no_sync\\(\\) and never averaged"),
-        ("finish_after_only_no_sync", "ran inside no_sync\\(\\), so nothing was sent"),
+        (
+            "finish_after_only_no_sync",
+            "followed a forward inside no_sync\\(\\), so nothing was sent",
+        ),
+        (
+            "last_forward_inside",
+            "followed a forward inside no_sync\\(\\), so nothing was sent",
+        ),
         ("step_before_finish", "before finish_gradient_sync"),
         (
             "no_sync_before_finish",

@@ -17,6 +17,12 @@ what chapter 4 and ``tests/test_no_sync.py`` execute:
   without no_sync (measured with :func:`mylib.comm.count_bytes`).
 * :func:`loss_scaling_effects`: what dividing the loss by ``m`` (or the
   gradient at the end, or nothing) does to the gradient and to SGD and Adam.
+* :func:`placements_both_ways`: a micro-step with its forward and its
+  backward each inside or outside ``no_sync()``, on MyDDP and on PyTorch's
+  DDP: which ones all-reduce (the forward decides, in both).
+* :func:`gradient_sets`: how many full sets of gradients a rank holds between
+  micro-steps, under DDP (``gradient_as_bucket_view``, ``zero_grad``'s
+  ``set_to_none``) and under MyDDP.
 """
 
 import contextlib
@@ -236,4 +242,144 @@ def loss_scaling_effects(micro_steps, steps=5, micro_batch=2):
                 opt1.step()
             row[f"{name}_diff"] = max_param_diff(model.module, single)
         out[scaling] = row
+    return out
+
+
+PLACEMENTS = {
+    "forward and backward inside": (True, True),
+    "forward outside, backward inside": (False, True),
+    "forward inside, backward outside": (True, False),
+    "forward and backward outside": (False, False),
+}
+"""Where a micro-step's forward and backward run: (forward inside, backward inside)."""
+
+
+def micro_step(model, x, y, forward_inside, backward_inside, scale=1.0):
+    """One micro-step, its forward and its backward each inside no_sync() or not.
+
+    Returns the buckets the backward launched (``model.buckets_launched``, set
+    by :func:`counting_hook`); a MyDDP that launched some is then finished.
+    """
+    model.buckets_launched = []
+    with model.no_sync() if forward_inside else contextlib.nullcontext():
+        loss = F.mse_loss(model(x), y) * scale
+    with model.no_sync() if backward_inside else contextlib.nullcontext():
+        loss.backward()
+    if isinstance(model, MyDDP) and model.buckets_launched:
+        model.finish_gradient_sync()
+    return model.buckets_launched
+
+
+def counting_hook(model, bucket):
+    """PyTorch's default all-reduce, noting each bucket and its buffer on ``model``."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    model.buckets_launched.append(bucket.index())
+    storage = bucket.buffer().untyped_storage()
+    model.bucket_storages[storage.data_ptr()] = storage.nbytes()
+    return allreduce_hook(None, bucket)
+
+
+def _counted(model):
+    model.buckets_launched, model.bucket_storages = [], {}
+    model.register_comm_hook(model, counting_hook)
+    return model
+
+
+def placements_both_ways(micro_batch=2, bucket_cap_mb=0.002):
+    """On every rank: one micro-step per placement, on MyDDP and on PyTorch's DDP.
+
+    For each of :data:`PLACEMENTS`, from the same weights: ``zero_grad()``, one
+    micro-step placed so, then the last micro-step, outside ``no_sync()``.
+    Returns ``{placement: {...}}`` with the buckets each all-reduced in the
+    placed micro-step's backward (``"mine"``, ``"ddp"``; a counting
+    communication hook on both) and the largest gradient differences between
+    the two after it (``diff_after_placed``) and at the end (``diff_at_end``);
+    and ``buckets``, how many each has.
+    """
+    world = dist.get_world_size()
+    ((x, y),) = global_batches(1, 2 * micro_batch * world, SIZES, dtype=torch.float64)
+    micro = my_micro_batches(x, y, 2)
+    mine = _counted(MyDDP(make_model(0), bucket_cap_mb=bucket_cap_mb))
+    theirs = _counted(
+        nn.parallel.DistributedDataParallel(make_model(0), bucket_cap_mb=bucket_cap_mb)
+    )
+    for model in (mine, theirs):
+        accumulate(model, micro)  # both rebuild their buckets after a first step
+    out = {}
+    for placement, (forward_inside, backward_inside) in PLACEMENTS.items():
+        row, grads = {}, {}
+        for name, model in (("mine", mine), ("ddp", theirs)):
+            model.zero_grad()
+            (x1, y1), (x2, y2) = micro
+            row[name] = len(micro_step(model, x1, y1, *PLACEMENTS[placement], 0.5))
+            placed = [p.grad.clone() for p in model.module.parameters()]
+            micro_step(model, x2, y2, False, False, 0.5)
+            grads[name] = placed, [p.grad.clone() for p in model.module.parameters()]
+        for i, when in enumerate(("after_placed", "at_end")):
+            row[f"diff_{when}"] = max(
+                (a - b).abs().max().item()
+                for a, b in zip(grads["mine"][i], grads["ddp"][i])
+            )
+        out[placement] = row
+    out["buckets"] = len(mine.buckets)
+    return out
+
+
+GRADIENT_SETUPS = ("DDP", "DDP, gradient_as_bucket_view=True", "MyDDP")
+"""The setups :func:`gradient_sets` measures, each with both ``set_to_none``."""
+
+
+def gradient_sets(micro_steps=3, bucket_cap_mb=0.002, steps=3, micro_batch=2):
+    """On every rank: the full sets of gradients held during accumulation, measured.
+
+    Each setup of :data:`GRADIENT_SETUPS` trains ``steps`` accumulated steps,
+    with ``zero_grad(set_to_none=True)`` (the default) or ``False``. In the
+    last step (the buckets were rebuilt before the second) it counts the bytes
+    of the gradient storages alive, each storage once (``.grad`` tensors, and
+    the bucket buffers a counting communication hook found in the step before),
+    after the micro-steps inside ``no_sync()`` and after the synchronised
+    backward, as a multiple of the model's gradient bytes. Returns
+    ``{(setup, set_to_none): {"inside_no_sync", "after_sync", "grad_bytes"}}``.
+    """
+    world = dist.get_world_size()
+    batches = global_batches(
+        steps, micro_batch * micro_steps * world, SIZES, dtype=torch.float64
+    )
+    out = {}
+    for setup in GRADIENT_SETUPS:
+        for set_to_none in (True, False):
+            if setup == "MyDDP":
+                model = MyDDP(make_model(0), bucket_cap_mb=bucket_cap_mb)
+            else:
+                model = nn.parallel.DistributedDataParallel(
+                    make_model(0),
+                    bucket_cap_mb=bucket_cap_mb,
+                    gradient_as_bucket_view=setup.endswith("True"),
+                )
+            model = _counted(model)
+            params = list(model.module.parameters())
+            grad_bytes = sum(p.numel() * p.element_size() for p in params)
+
+            def sets_held():
+                held = dict(model.bucket_storages)  # the buckets live throughout
+                for p in params:
+                    if p.grad is not None:
+                        storage = p.grad.untyped_storage()
+                        held[storage.data_ptr()] = storage.nbytes()
+                return sum(held.values()) / grad_bytes
+
+            for x, y in batches:
+                model.zero_grad(set_to_none=set_to_none)
+                *first, (x_last, y_last) = my_micro_batches(x, y, micro_steps)
+                for xs, ys in first:
+                    micro_step(model, xs, ys, True, True, 1 / micro_steps)
+                inside = sets_held()
+                model.bucket_storages.clear()  # a rebuild replaces the buckets
+                micro_step(model, x_last, y_last, False, False, 1 / micro_steps)
+            out[setup, set_to_none] = {
+                "inside_no_sync": inside,
+                "after_sync": sets_held(),
+                "grad_bytes": grad_bytes,
+            }
     return out

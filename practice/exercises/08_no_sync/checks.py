@@ -80,6 +80,54 @@ def no_sync_exception(sol):
     )
 
 
+def placement_worker(TinyDDP, forward_inside, backward_inside):
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+
+    from _judge.ranks import spy_on_dist
+
+    torch.manual_seed(0)
+    ddp = TinyDDP(
+        torch.nn.Sequential(
+            torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)
+        )
+    )
+    torch.manual_seed(1 + dist.get_rank())
+    x, y = torch.randn(4, 6), torch.randn(4, 2)
+    with spy_on_dist(["all_reduce"]) as spy:
+        with ddp.no_sync() if forward_inside else contextlib.nullcontext():
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
+        with ddp.no_sync() if backward_inside else contextlib.nullcontext():
+            loss.backward()
+    return {"calls": spy.count("all_reduce"), "n_params": len(list(ddp.parameters()))}
+
+
+@check("the forward decides whether its backward syncs, as in PyTorch's DDP")
+def forward_decides(sol):
+    for forward_inside, backward_inside in ((False, True), (True, False)):
+        r = on_ranks(placement_worker, 2, sol.TinyDDP, forward_inside, backward_inside)[
+            0
+        ]
+        where = {True: "inside no_sync()", False: "outside it"}
+        shown = (
+            f"loss = loss_fn(ddp(x), y) {where[forward_inside]}, "
+            f"loss.backward() {where[backward_inside]}  (2 ranks)"
+        )
+        expected = 0 if forward_inside else r["n_params"]
+        if r["calls"] != expected:
+            fail(
+                f"{r['calls']} all-reduce(s) in that backward, expected {expected}: "
+                "PyTorch's DDP decides in forward() whether the coming backward "
+                "synchronises (DistributedDataParallel._pre_forward and "
+                "_post_forward read require_backward_grad_sync), and TinyDDP's "
+                "forward() does the same. Leave TinyDDP as given and let no_sync() "
+                "only set self.require_backward_grad_sync to False, and back",
+                input=shown,
+            )
+
+
 def train_worker(TinyDDP, train_step, configs):
     import copy
 
@@ -144,6 +192,7 @@ def run_training(sol, world, configs):
                 f"{world} ranks, {r['steps']} step(s) of train_step with "
                 f"{r['accum']} micro-batch(es) of {MICRO} examples each, SGD lr=0.1"
             )
+            expect_placement(r, shown)
             if r["diff"] > 1e-6:
                 fail(
                     f"on rank {rank} the weights differ from single-process "
@@ -152,6 +201,32 @@ def run_training(sol, world, configs):
                     input=shown,
                 )
     return results
+
+
+def expect_placement(r, shown):
+    """Both wrong placements of forward and backward around no_sync(), by name."""
+    n = r["n_params"]
+    for calls in r["calls"]:
+        if calls == 0:
+            fail(
+                "nothing was all-reduced in a step, so each rank stepped with its "
+                "own gradients: the last micro-batch's forward ran inside "
+                "no_sync(). The forward decides whether its backward synchronises "
+                "(as in PyTorch's DDP), so running only the backward outside the "
+                "block is not enough: run the last micro-batch's forward and "
+                "backward both outside no_sync()",
+                input=shown,
+            )
+        if calls > n:
+            fail(
+                f"{calls} all-reduces in one step, {calls / n:g} per parameter: "
+                "micro-batches before the last synchronised too. The forward "
+                "decides whether its backward synchronises (as in PyTorch's DDP): "
+                "a forward outside no_sync() makes its backward all-reduce even "
+                "when that backward runs inside the block. Run each earlier "
+                "micro-batch's forward and backward both inside `with ddp.no_sync():`",
+                input=shown,
+            )
 
 
 @check("2 ranks: train_step with 1, 2 and 4 micro-batches equals whole-batch SGD")

@@ -9,39 +9,45 @@ import torch.distributed as dist
 class TinyDDP(torch.nn.Module):
     """A small DDP (already written, except no_sync).
 
-    Every rank starts from rank 0's weights, and each gradient is averaged
-    over the ranks by a hook as soon as backward() has accumulated it.
+    Every rank starts from rank 0's weights. As in PyTorch's DDP, the forward
+    decides whether the backward after it synchronises: a forward run while
+    ``require_backward_grad_sync`` is True makes the hooks of the coming
+    backward average each gradient over the ranks as soon as backward() has
+    accumulated it; a forward run while it is False makes them do nothing.
     """
 
     def __init__(self, module):
         super().__init__()
         self.module = module
-        self.require_sync = True  # False inside no_sync(): the hooks then do nothing
+        self.require_backward_grad_sync = True  # False inside no_sync()
+        self._backward_syncs = False  # what the last forward decided
         for param in module.parameters():
             dist.broadcast(param.data, src=0)
             if param.requires_grad:
                 param.register_post_accumulate_grad_hook(self._average_gradient)
 
+    def forward(self, *args, **kwargs):
+        if torch.is_grad_enabled():  # the forward decides, not the backward
+            self._backward_syncs = self.require_backward_grad_sync
+        return self.module(*args, **kwargs)
+
     def _average_gradient(self, param):
-        if self.require_sync:
+        if self._backward_syncs:
             dist.all_reduce(param.grad)
             param.grad /= dist.get_world_size()
 
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
-
     @contextlib.contextmanager
     def no_sync(self):
-        """Inside this block, backward() accumulates gradients locally.
+        """Inside this block forward() prepares a backward that sends nothing.
 
-        It communicates nothing.
+        That backward only accumulates the gradients locally.
         """
-        previous = self.require_sync
-        self.require_sync = False
+        previous = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
         try:
             yield
         finally:  # an exception inside the block must not leave syncing off
-            self.require_sync = previous
+            self.require_backward_grad_sync = previous
 
 
 def train_step(ddp, optimizer, micro_batches, loss_fn):
@@ -54,7 +60,8 @@ def train_step(ddp, optimizer, micro_batches, loss_fn):
     for i, (x, y) in enumerate(micro_batches):
         last = i == k - 1
         # Earlier micro-batches only accumulate into .grad; the last backward
-        # all-reduces the accumulated sum, once.
+        # all-reduces the accumulated sum, once. The forward goes inside the
+        # block too: it decides whether its backward synchronises.
         with contextlib.nullcontext() if last else ddp.no_sync():
             (loss_fn(ddp(x), y) / k).backward()
     optimizer.step()
