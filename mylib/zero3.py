@@ -34,7 +34,18 @@ the backward its ``.grad`` is the matching piece of the averaged gradient.
 So a plain ``torch.optim.AdamW(model.parameters())`` updates exactly this
 rank's shard, with parameter groups, schedulers and frozen parameters as
 usual (as FSDP's ``use_orig_params=True``), for element-wise optimizers.
+
+Mixed precision as FSDP2 does it (``mp_policy``, a
+:class:`MixedPrecisionPolicy`): the shards stay in the parameters' own dtype
+(fp32: they are the master copy the optimizer steps), each is cast to
+``param_dtype`` before the all-gather (so the gather sends half the bytes in
+bf16), the unit computes in ``param_dtype``, and its gradient is copied into
+``reduce_dtype`` for the reduce-scatter and kept, averaged, in the shard's
+dtype. ``ignored_params`` stay whole on every rank, in their own dtype, and
+their gradients are *not* averaged, as FSDP2's (chapter 6 says what to do).
 """
+
+import dataclasses
 
 import torch
 import torch.distributed as dist
@@ -44,13 +55,32 @@ from mylib import comm
 from mylib.zero1 import FlatParams
 
 
+@dataclasses.dataclass(frozen=True)
+class MixedPrecisionPolicy:
+    """FSDP2's mixed precision, field for field (``torch.distributed.fsdp``'s).
+
+    ``param_dtype``: the dtype parameters are all-gathered and computed in
+    (None: their own). ``reduce_dtype``: the dtype gradients are
+    reduce-scattered in (None: the dtype they were computed in).
+    ``output_dtype``: cast each unit's floating-point outputs to it (None:
+    leave them). ``cast_forward_inputs``: cast each unit's floating-point
+    inputs to ``param_dtype``. PyTorch's own policy object works here too.
+    """
+
+    param_dtype: torch.dtype | None = None
+    reduce_dtype: torch.dtype | None = None
+    output_dtype: torch.dtype | None = None
+    cast_forward_inputs: bool = True
+
+
 class ShardedFlat:
     """Parameters of one unit with the same requires_grad and dtype.
 
-    They are held as a persistent shard and a transient full buffer.
+    They are held as a persistent shard (in their dtype) and a transient full
+    buffer (in the policy's ``param_dtype``).
     """
 
-    def __init__(self, params, places, world_size, rank, process_group):
+    def __init__(self, params, places, world_size, rank, process_group, policy):
         self.layout = FlatParams(params, world_size, rank)
         self.params, self.places, self.process_group = (
             self.layout.params,
@@ -62,8 +92,14 @@ class ShardedFlat:
         with torch.no_grad():
             flat = self.layout.flatten([p.detach() for p in self.params])
         self.shard = flat[self.layout.shard_start : self.layout.shard_end].clone()
-        self.full = torch.empty_like(flat).requires_grad_(self.trainable)
-        self.full_bytes = flat.numel() * flat.element_size()
+        # As FSDP2 (FSDPParam.init_dtype_attrs): compute in param_dtype, reduce
+        # in reduce_dtype; a policy naming the dtype already there changes nothing.
+        compute = policy.param_dtype if flat.is_floating_point() else None
+        self.compute_dtype = compute or flat.dtype
+        self.reduce_dtype = policy.reduce_dtype or self.compute_dtype
+        self.full = torch.empty_like(flat, dtype=self.compute_dtype)
+        self.full.requires_grad_(self.trainable)
+        self.full_bytes = self.full.numel() * self.full.element_size()
         self.grad_shard = None
         for p, offset, numel in zip(
             self.params, self.layout.offsets, self.layout.numels
@@ -85,18 +121,22 @@ class ShardedFlat:
         Returns the work if ``async_op``.
         """
         self.full.untyped_storage().resize_(self.full_bytes)
+        # The master shard cast first (no copy without a policy): a bf16 gather
+        # sends half the bytes of an fp32 one.
+        self.sent = self.shard.to(self.compute_dtype)
         # Write through .data: autograd must not count the refill as an
         # in-place change of the views it saved.
         return comm.all_gather_single(
-            self.full.data, self.shard, group=self.process_group, async_op=async_op
+            self.full.data, self.sent, group=self.process_group, async_op=async_op
         )
 
     def free(self):
-        """Give the full buffer's memory back.
+        """Give the full buffer's memory back, and the cast shard's.
 
         Views of it stay valid, and the next gather refills them.
         """
         self.full.untyped_storage().resize_(0)
+        self.sent = None
 
     def use_full(self):
         """Point every module slot of every parameter at a view of the full buffer.
@@ -131,7 +171,11 @@ class ShardedFlat:
             self.grad_shard = None
 
     def add_grad_shard(self, received):
-        """Keep this rank's averaged gradient shard; expose its pieces as ``p.grad``."""
+        """Keep this rank's averaged gradient shard; expose its pieces as ``p.grad``.
+
+        It is kept in the shard's dtype (fp32 under a bf16 policy), as FSDP2.
+        """
+        received = received.to(self.shard.dtype)
         if self.grad_shard is None or any(
             p.grad is None for p in self.params
         ):  # zero_grad() ran
@@ -170,10 +214,20 @@ class ShardedModel(nn.Module):
     ``opt = torch.optim.AdamW(model.parameters(), lr=1e-3)``,
     ``loss.backward()``, ``opt.step()`` as usual. Form parameter groups that
     depend on shapes (no weight decay on 1-D tensors, say) *before* wrapping:
-    afterwards every parameter is a 1-D piece.
+    afterwards every parameter is a 1-D piece. ``mp_policy`` and
+    ``ignored_params`` are FSDP2's (``fully_shard``'s arguments): see the
+    module's docstring.
     """
 
-    def __init__(self, module, unit_modules=(), process_group=None, prefetch=False):
+    def __init__(
+        self,
+        module,
+        unit_modules=(),
+        process_group=None,
+        prefetch=False,
+        mp_policy=MixedPrecisionPolicy(),
+        ignored_params=(),
+    ):
         super().__init__()
         if not dist.is_initialized():
             raise RuntimeError(
@@ -181,6 +235,7 @@ class ShardedModel(nn.Module):
                 "first (mylib.run_ranks and torchrun do it for you)"
             )
         self.module, self.process_group, self.prefetch = module, process_group, prefetch
+        self.mp_policy, self.ignored_params = mp_policy, set(ignored_params)
         world_size, rank = (
             dist.get_world_size(process_group),
             dist.get_rank(process_group),
@@ -195,7 +250,7 @@ class ShardedModel(nn.Module):
         places = {}  # parameter -> every (module, name) slot that holds it
         for m in module.modules():
             for name, p in m._parameters.items():
-                if p is not None:
+                if p is not None and p not in self.ignored_params:
                     places.setdefault(p, []).append((m, name))
         owner = {
             p: min(
@@ -214,14 +269,22 @@ class ShardedModel(nn.Module):
                     )
             flats = [
                 ShardedFlat(
-                    ps, [places[p] for p in ps], world_size, rank, process_group
+                    ps,
+                    [places[p] for p in ps],
+                    world_size,
+                    rank,
+                    process_group,
+                    mp_policy,
                 )
                 for ps in groups.values()
             ]
             self.units.append(Unit(u, flats))
         for unit in self.units:
             unit.module.register_forward_pre_hook(
-                lambda m, args, unit=unit: self._pre_forward(unit)
+                lambda m, args, kwargs, unit=unit: self._pre_forward(
+                    unit, args, kwargs
+                ),
+                with_kwargs=True,
             )
             unit.module.register_forward_hook(
                 lambda m, args, out, unit=unit: self._post_forward(unit, out)
@@ -287,7 +350,7 @@ class ShardedModel(nn.Module):
 
     # -- forward -------------------------------------------------------------------
 
-    def _pre_forward(self, unit):
+    def _pre_forward(self, unit, args, kwargs):
         if unit is self.units[0]:  # the root: a new forward begins
             self._seen["forward"] = []
         self._run(unit, "forward")
@@ -298,8 +361,13 @@ class ShardedModel(nn.Module):
                 # copied into one flat gradient: finish the reduce-scatter in
                 # flight first, so that two unit gradients exist at once, not three.
                 concatenate.register_prehook(lambda grads: self._wait_in_flight())
+        policy = self.mp_policy
+        if policy.cast_forward_inputs and policy.param_dtype is not None:
+            return _cast(policy.param_dtype, (args, kwargs))  # as FSDP2, per unit
 
     def _post_forward(self, unit, output):
+        if self.mp_policy.output_dtype is not None:
+            output = _cast(self.mp_policy.output_dtype, output)
         for flat in unit.flats:
             flat.use_pieces()
         self._free(unit)
@@ -330,14 +398,16 @@ class ShardedModel(nn.Module):
         When the unit is done, free the unit too.
         """
         self._wait_in_flight()
-        received = torch.empty_like(flat.shard)
+        # In reduce_dtype (a copy, fp32 under a bf16 policy with reduce_dtype=fp32)
+        grad = flat.full.grad.to(flat.reduce_dtype)
+        received = torch.empty_like(flat.shard, dtype=flat.reduce_dtype)
         with torch.no_grad():  # divide, then sum: the mean, as MyDDP does
-            flat.full.grad.div_(dist.get_world_size(self.process_group))
+            grad.div_(dist.get_world_size(self.process_group))
         work = comm.reduce_scatter_single(
-            received, flat.full.grad, group=self.process_group, async_op=True
+            received, grad, group=self.process_group, async_op=True
         )
         # Keep the buffer being sent alive until the reduction is done.
-        self._in_flight = (flat, received, flat.full.grad, work)
+        self._in_flight = (flat, received, grad, work)
         flat.full.grad = None
         unit.reduced += 1
         if unit.reduced == sum(f.trainable for f in unit.flats):
@@ -388,7 +458,24 @@ class ShardedModel(nn.Module):
                     flat.params, flat.shapes, flat.layout.offsets, flat.layout.numels
                 ):
                     full[p] = buffer[offset : offset + numel].view(shape).clone()
-        return {name: full[p] for name, p in self.module.named_parameters()}
+        return {
+            name: full[p] if p in full else p.detach().clone()  # ignored: whole
+            for name, p in self.module.named_parameters()
+        }
+
+
+def _cast(dtype, obj):
+    """``obj`` with every floating-point tensor in it cast to ``dtype``.
+
+    ``obj`` is a tensor, or tuples, lists and dicts of them.
+    """
+    if torch.is_tensor(obj):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_cast(dtype, item) for item in obj)
+    if isinstance(obj, dict):
+        return {key: _cast(dtype, item) for key, item in obj.items()}
+    return obj
 
 
 def _tensors(output):

@@ -437,3 +437,29 @@ def test_gradient_sets_held_during_accumulation_as_pytorch():
         for key, (inside, after) in expected.items():
             assert out[key]["inside_no_sync"] == inside, key
             assert out[key]["after_sync"] == after, key
+
+
+# -- static_graph=True (PyTorch's; MyDDP has none) -----------------------------------
+
+
+def _static_graph_cases():
+    from mylib.experiments.ddp_steps_check import static_graph_buckets
+
+    return {
+        (static, unused): static_graph_buckets(static, unused)
+        for static in (False, True)
+        for unused in (False, True)
+    }
+
+
+def test_static_graph_rebuilds_even_with_find_unused_parameters():
+    """compute_bucket_size_limits: one bucket first, when static_graph or not
+    find_unused_parameters; Reducer::should_rebuild_buckets: (static_graph_ ||
+    !find_unused_parameters_). With static_graph the first iteration all-reduces
+    after the backward (delay_all_reduce) and the order is recorded in the
+    second, so the rebuild comes one step later."""
+    out = run_ranks(_static_graph_cases, 2)[0]
+    assert out[False, False] == {"buckets": [1, 2, 2, 2], "rebuilt": True}
+    assert out[False, True] == {"buckets": [3, 3, 3, 3], "rebuilt": False}
+    for unused in (False, True):
+        assert out[True, unused] == {"buckets": [1, 1, 2, 2], "rebuilt": True}

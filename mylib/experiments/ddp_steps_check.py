@@ -10,6 +10,10 @@ references, how many all-reduces one step launches and how many of those
 leave during the backward (counted by :func:`mylib.comm.count_bytes`, not
 taken from the wrapper), the gradient bytes it copies per step, and its
 median step time. The times are measurements, printed and never asserted.
+
+:func:`static_graph_buckets` shows what PyTorch's ``static_graph=True``
+changes in its bucketing: the buckets each step sends, with and without
+``find_unused_parameters``.
 """
 
 import statistics
@@ -172,3 +176,36 @@ def table(rows):
             f"{max(r['step_ms'] for r in mine):8.2f}"
         )
     return lines
+
+
+def static_graph_buckets(static_graph, find_unused_parameters, steps=4, cap_mb=0.005):
+    """On every rank: the buckets PyTorch's DDP sends per step, and if it rebuilt.
+
+    A 4-layer MLP of 32 units (about 17 KB of fp32 gradients) under
+    ``DistributedDataParallel(..., bucket_cap_mb=cap_mb, static_graph=...,
+    find_unused_parameters=...)``; a counting communication hook sees each
+    bucket. Returns ``{"buckets": [per step], "rebuilt": bool}``, the latter
+    DDP's own flag (``_has_rebuilt_buckets``, set when the rebuild happens,
+    before a forward).
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    sent = []
+
+    def counting_hook(state, bucket):
+        sent.append(bucket.index())
+        return allreduce_hook(state, bucket)
+
+    model = nn.parallel.DistributedDataParallel(
+        mlp([32] * 5, seed=0),
+        bucket_cap_mb=cap_mb,
+        static_graph=static_graph,
+        find_unused_parameters=find_unused_parameters,
+    )
+    model.register_comm_hook(None, counting_hook)
+    per_step = []
+    for x, _ in global_batches(steps, 4, [32] * 5):
+        sent.clear()
+        model(x).sum().backward()
+        per_step.append(len(sent))
+    return {"buckets": per_step, "rebuilt": model._has_rebuilt_buckets}

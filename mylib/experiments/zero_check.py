@@ -269,9 +269,9 @@ def full_parameters(setup, model, wrapped):
     """
     if setup.startswith("zero3"):
         return wrapped.full_parameters()
-    if setup == "torch-fsdp":
+    if setup == "torch-fsdp":  # DTensors, but for the ignored parameters
         return {
-            name: p.full_tensor().detach().clone()
+            name: getattr(p, "full_tensor", p.detach)().detach().clone()
             for name, p in model.named_parameters()
         }
     return {name: p.detach().clone() for name, p in model.named_parameters()}
