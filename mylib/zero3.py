@@ -281,14 +281,12 @@ class ShardedModel(nn.Module):
             self.units.append(Unit(u, flats))
         for unit in self.units:
             unit.module.register_forward_pre_hook(
-                lambda m, args, kwargs, unit=unit: self._pre_forward(
-                    unit, args, kwargs
-                ),
-                with_kwargs=True,
+                lambda m, args, unit=unit: self._pre_forward(unit)
             )
             unit.module.register_forward_hook(
                 lambda m, args, out, unit=unit: self._post_forward(unit, out)
             )
+            self._cast_at_the_edges(unit.module)
             for flat in unit.flats:
                 if flat.trainable:
                     flat.full.register_post_accumulate_grad_hook(
@@ -306,6 +304,23 @@ class ShardedModel(nn.Module):
         # the reduce-scatter still running: at most one, to bound memory
         self._in_flight = None
         self._backward_running = False
+
+    def _cast_at_the_edges(self, module):
+        """Mixed precision, as FSDP2 per module: inputs in, outputs out.
+
+        Floating-point inputs are cast to ``param_dtype`` (after the gather),
+        outputs to ``output_dtype`` (after the hooks on them).
+        """
+        policy = self.mp_policy
+        if policy.cast_forward_inputs and policy.param_dtype is not None:
+            module.register_forward_pre_hook(
+                lambda m, args, kwargs: _cast(policy.param_dtype, (args, kwargs)),
+                with_kwargs=True,
+            )
+        if policy.output_dtype is not None:
+            module.register_forward_hook(
+                lambda m, args, out: _cast(policy.output_dtype, out)
+            )
 
     def forward(self, *args, **kwargs):
         """Run the wrapped module.
@@ -350,7 +365,7 @@ class ShardedModel(nn.Module):
 
     # -- forward -------------------------------------------------------------------
 
-    def _pre_forward(self, unit, args, kwargs):
+    def _pre_forward(self, unit):
         if unit is self.units[0]:  # the root: a new forward begins
             self._seen["forward"] = []
         self._run(unit, "forward")
@@ -361,13 +376,8 @@ class ShardedModel(nn.Module):
                 # copied into one flat gradient: finish the reduce-scatter in
                 # flight first, so that two unit gradients exist at once, not three.
                 concatenate.register_prehook(lambda grads: self._wait_in_flight())
-        policy = self.mp_policy
-        if policy.cast_forward_inputs and policy.param_dtype is not None:
-            return _cast(policy.param_dtype, (args, kwargs))  # as FSDP2, per unit
 
     def _post_forward(self, unit, output):
-        if self.mp_policy.output_dtype is not None:
-            output = _cast(self.mp_policy.output_dtype, output)
         for flat in unit.flats:
             flat.use_pieces()
         self._free(unit)

@@ -139,3 +139,37 @@ def test_pytorchs_own_policy_object_works_too():
         assert len(mine) == len(torchs) > 0
         assert all(torch.equal(a, b) for a, b in zip(mine, torchs))
         assert {g.dtype for g in mine} == {torch.float32}
+
+
+def _output_dtype_both_ways():
+    from torch.distributed.fsdp import MixedPrecisionPolicy as TorchPolicy
+    from torch.distributed.fsdp import fully_shard
+
+    from mylib.experiments.zero_check import full_parameters, lm_loss, token_batches
+    from mylib.zero3 import MixedPrecisionPolicy, ShardedModel
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    policy = {"param_dtype": torch.bfloat16, "output_dtype": torch.float32}
+    tokens = token_batches(CHECK)[0].chunk(world)[rank]
+    out = {}
+    for way in ("ShardedModel", "fully_shard"):
+        model = tiny_lm(CHECK)  # one unit, the root: only its output is cast
+        if way == "ShardedModel":
+            wrapped = ShardedModel(model, mp_policy=MixedPrecisionPolicy(**policy))
+        else:
+            wrapped = fully_shard(model, mp_policy=TorchPolicy(**policy))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.no_grad():
+            dtype = wrapped(tokens[:, :-1]).dtype
+        lm_loss(wrapped, tokens).backward()
+        opt.step()
+        setup = "zero3" if way == "ShardedModel" else "torch-fsdp"
+        out[way] = dtype, full_parameters(setup, model, wrapped)
+    return out
+
+
+def test_output_dtype_casts_the_units_output_as_fully_shard():
+    for out in run_ranks(_output_dtype_both_ways, 2, timeout_s=300):
+        (mine_dtype, mine), (theirs_dtype, theirs) = out.values()
+        assert mine_dtype == theirs_dtype == torch.float32
+        assert max_param_diff(mine, theirs) == 0  # 2 ranks: see the docstring

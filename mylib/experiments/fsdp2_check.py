@@ -60,12 +60,8 @@ def wrap(way, model, policy, ignored=()):
 def average_ignored_gradients(model, ignored):
     """What the user must do for ``ignored_params``: average their gradients.
 
-    Neither FSDP2 nor ``ShardedModel`` reduces them; without this each rank
-    steps its own copy with its own gradient, and the copies drift apart.
-    Every rank must all-reduce them in the same order: the model's, not the
-    set's (a set of tensors iterates in the order of their addresses, which
-    differs from rank to rank, and the all-reduces would pair different
-    parameters of the same shape).
+    On every rank in the model's order, not the set's (a set of tensors
+    iterates by address, which differs from rank to rank).
     """
     world = dist.get_world_size()
     for p in model.parameters():
