@@ -166,10 +166,10 @@ class MyDDP(DDPChecks, nn.Module):
         ]
         self._comm_hook, self._comm_state = allreduce_average_hook, process_group
         # False inside no_sync(). The forward reads it, as DDP's does: a forward
-        # outside no_sync() prepares the coming backward to synchronise.
+        # outside no_sync() prepares the coming backward to all-reduce (_prepared;
+        # DDP's reducer.prepare_for_backward).
         self.require_backward_grad_sync = True
-        self._prepared = False  # the coming backward all-reduces (DDP's reducer
-        # calls this prepare_for_backward)
+        self._prepared = False
         self._local_grads = False  # gradients of unprepared backwards, not averaged
         # The order the gradients arrive in the first synchronised backward: the
         # buckets are rebuilt in it before the next forward, once (not with
