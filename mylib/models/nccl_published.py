@@ -75,10 +75,10 @@ def _nodes(name, nodes, gpus, nvlinks, nics, gbit_s):
 
 
 TREE_WHY = (
-    "NCCL runs its tree on fewer channels than its ring and caps each tree "
-    "channel's rate (perChMaxTreeBws in NCCL's tuning.cc); a maintainer notes "
-    "that a tree needs more SMs than NCCL gives it by default to reach its "
-    "peak (NVIDIA/nccl#1649). The model counts bytes only."
+    "NCCL's own tuner expects less of a tree channel than its bytes allow (the "
+    "caps perChMaxTreeBws in its tuning.cc), and on H100 a maintainer notes that a "
+    "tree needs more SMs than NCCL's default to reach its peak (NVIDIA/nccl#1649). "
+    "The model counts bytes only."
 )
 
 MEASUREMENTS = (
