@@ -19,6 +19,7 @@ from mylib.models.cluster import (
     ALL_GATHER,
     ALL_REDUCE,
     GB,
+    PRESETS,
     REDUCE_SCATTER,
     Cluster,
     bus_factor,
@@ -318,6 +319,8 @@ def test_presets_are_the_vendors_numbers():
     assert nvlink_each_way(12) == 240e9  # A100: 12 links x 25 GB/s x 0.8
     assert nvlink_each_way(18) == 360e9  # H100: 18 links
     assert dgx_a100().nics_per_node == dgx_h100().nics_per_node == 8
+    for name, make in PRESETS.items():
+        assert make(3).name == name and make(3).ranks == 24
 
 
 def test_the_model_against_published_measurements():

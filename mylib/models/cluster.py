@@ -159,6 +159,14 @@ def one_nic_nodes(nodes=1, gbit_s=400, links=18):
     )
 
 
+#: The presets by name, each a function of the node count (the planner's menu).
+PRESETS = {
+    "DGX A100": dgx_a100,
+    "DGX H100": dgx_h100,
+    "8 GPUs, 1 x 400 Gb/s": one_nic_nodes,
+}
+
+
 # -- what a collective costs ---------------------------------------------------
 
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all-reduce", "reduce-scatter", "all-gather"
