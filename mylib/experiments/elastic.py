@@ -18,6 +18,7 @@ sessions of their own (torchrun starts them so), and are tracked by pid.
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -226,6 +227,26 @@ def run_restart(
         agents.start(log)
         code = agents.wait()[log]
         return code, agents.logs()[log]
+
+
+def agent_log_lines(text, wanted):
+    """The lines of an agent's log that contain one of ``wanted``, shortened.
+
+    The time of day and the source file stay, the path before it goes:
+    ``21:35:09.742 api.py:942] [default] Worker group FAILED. ...``; gloo's
+    C++ source locations in a worker's error go.
+    """
+    head = re.compile(
+        r"^[IWE]\d{4} (\d\d:\d\d:\d\d\.\d{3})\d* \d+ \S*?([^/\s]+\.py:\d+)\] "
+    )
+    lines = []
+    for line in text.splitlines():
+        if any(w in line for w in wanted):
+            match = head.match(line)
+            if match:
+                line = f"{match[1]} {match[2]}] {line[match.end() :]}"
+            lines.append(re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ", "", line))
+    return lines
 
 
 def _descendants(pid):
