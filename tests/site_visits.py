@@ -5,8 +5,9 @@ Four test files check each page: that it loads offline with no error
 fast they answer (``test_browser_livefig_timing``), and that no block scrolls
 sideways (``test_browser_overflow``). Opening a chapter costs seconds (its
 figures load Python in the page), so a visit opens the page once and does what
-a reader does, in a reader's order: read the page as it loads, move every slider
-of every live figure, unfold every fold. It records what each check needs, and
+a reader does, in a reader's order: read the page as it loads, unfold every fold,
+move every slider of every live figure. (Overflow is measured at the figures'
+default positions.) It records what each check needs, and
 the tests assert on the record; a visit that fails part-way keeps its error,
 and each test of that page reports it.
 """
@@ -95,6 +96,7 @@ class Visits:
 def visit(chromium, url, page, record, shots):
     """Open ``url`` once and record what the per-page checks assert on."""
     with browser.open_page(chromium, url) as (tab, problems):
+        loaded = time.perf_counter()
         record["problems"] = problems  # the same list: it fills while the page is open
         record["title"] = tab.title()
         if (
@@ -106,19 +108,19 @@ def visit(chromium, url, page, record, shots):
             shots.mkdir(parents=True, exist_ok=True)
             name = page.replace("/", "_")[:-5] + ".png"
             tab.screenshot(path=str(shots / name), full_page=True)
+        tab.evaluate(UNFOLD_JS)
+        tab.wait_for_timeout(200)
+        record["overflow"] = tab.evaluate(OVERFLOW_JS)["found"]
         figures = tab.locator(".livefig[data-module]")
         if figures.count():
             record["figures"] = [
                 _default_drawing(figures.nth(i)) for i in range(figures.count())
             ]
-            record["timings"] = measure(tab)
+            record["timings"] = measure(tab, loaded)
             for i, facts in enumerate(record["figures"]):
                 facts.update(
                     _jump_to_the_other_end(tab, figures.nth(i), facts["before"])
                 )
-        tab.evaluate(UNFOLD_JS)
-        tab.wait_for_timeout(200)
-        record["overflow"] = tab.evaluate(OVERFLOW_JS)["found"]
         record["problems"] = list(problems)
 
 
@@ -184,14 +186,13 @@ def _warm_moves(tab, fig, slider, moves, key="ArrowRight"):
     return render_ms
 
 
-def measure(tab):
-    """Timings of the live figures on the page open in ``tab``.
+def measure(tab, loaded):
+    """Timings of the live figures on the page open in ``tab``, loaded at ``loaded``.
 
     How long Python (Pyodide) took to be ready after the page loaded, how long
     the first slider move took to redraw once it was, and for every slider of
     every live figure the median and maximum of its warm redraws.
     """
-    loaded = time.perf_counter()
     figs = tab.locator(".livefig[data-module]")
     fig = figs.first
     fig.scroll_into_view_if_needed()

@@ -125,17 +125,16 @@ def jupyter_lab(root_dir):
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, chromium):
     """One JupyterLab on copies of every chapter, and Chromium: ``(url, chromium)``.
 
     Starting JupyterLab takes seconds; the tests share one, each in a browser
     context and a workspace of its own (``?reset``), shutting its kernel down.
     """
-    browser.require_chromium()
     root = tmp_path_factory.mktemp("lab")
     for notebook in CHAPTERS:
         shutil.copy(notebook, root / notebook.name)
-    with jupyter_lab(root) as url, browser.launch_chromium() as chromium:
+    with jupyter_lab(root) as url:
         yield url, chromium
 
 
