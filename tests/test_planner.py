@@ -35,7 +35,7 @@ from mylib.models.step_traffic import (
     hsdp_traffic,
     step_totals,
 )
-from mylib.models.timeline import Layer, Link, simulate
+from mylib.models.timeline import Link, simulate
 from mylib.models.timeline_accum import accumulation_step
 from mylib.models.timeline_zero3 import zero3_step
 
@@ -219,34 +219,36 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
         )
     # DDP: chapter 7's traffic, chapter 3's timeline at every cap, chapter 4's
     # accumulation
+    # DDP fills fp32 buckets and sends them in the wire's dtype (chapter 5):
+    # layers and caps both scaled by the wire's share
     link = Link(c.ranks, *ring_alpha_beta(c, c.ranks))
+    share = bytes_.reduce / 4
+    assert [x.param_bytes for x in step.ddp_layers] == [
+        x.param_bytes for x in tf.timeline_layers(m, bytes_.reduce, 1, 1)
+    ]
     sims = {
-        cap: simulate(
-            step.ddp_layers,
-            cap * MB,
-            link,
-            first_cap_bytes=cap * MB,
-            forward_s=step.forward_s,
-        )
+        cap: simulate(step.ddp_layers, cap * MB * share, link,
+                      first_cap_bytes=cap * MB * share, forward_s=step.forward_s)
         for cap in ps.CAPS_MB
-    }
+    }  # fmt: skip
     best = min(ps.CAPS_MB, key=lambda cap: (sims[cap].step_s, cap))
     ddp = p.costs["DDP"]
     assert ddp.cap_mb == best
     accum = accumulation_step(
-        list(step.ddp_layers),
-        best * MB,
-        link,
-        steps,
-        forward_s=step.forward_s,
-        first_cap_bytes=best * MB,
-    )
+        list(step.ddp_layers), best * MB * share, link, steps,
+        forward_s=step.forward_s, first_cap_bytes=best * MB * share,
+    )  # fmt: skip
     assert ddp.step_s == pytest.approx(accum.step_s, rel=1e-9)
     assert ddp.exposed_s == pytest.approx(accum.exposed_comm_s, rel=1e-9, abs=1e-15)
-    traffic = step_totals(ddp_traffic(c, psi * 4))
-    assert p.values["comm.DDP.gpu_bytes"].value == traffic["gpu_bytes"]
-    assert p.values["comm.DDP.nic_bytes"].value == traffic["nic_bytes"]
-    default = simulate(step.ddp_layers, 25 * MB, link, forward_s=step.forward_s)
+    traffic = step_totals(ddp_traffic(c, psi * bytes_.reduce))
+    assert p.values["comm.DDP.gpu_bytes"].value == pytest.approx(
+        traffic["gpu_bytes"], rel=1e-12
+    )
+    assert p.values["comm.DDP.nic_bytes"].value == pytest.approx(
+        traffic["nic_bytes"], rel=1e-12
+    )
+    default = simulate(step.ddp_layers, 25 * MB * share, link, first_cap_bytes=MB
+                       * share, forward_s=step.forward_s)  # fmt: skip
     assert ddp.default_exposed_s == default.exposed_comm_s
     # ZeRO-1: the all-gather of the fp32 parameters after the step, exposed
     gather = ring(c, ALL_GATHER, psi * 4).seconds
@@ -259,7 +261,6 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
             prefetch=True,
             reshard_after_forward=reshard,
             forward_ratio=step.forward_ratio,
-            reduce_scale=bytes_.reduce / bytes_.gather,
         )
         assert p.costs[s].step_s == pytest.approx(steps * one.step_s, rel=1e-12)
         traffic = step_totals(
@@ -305,19 +306,6 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
     # every number shown has its derivation
     for d in p.values.values():
         assert d.formula and d.chapter and d.text
-
-
-def test_zero3_reduce_scale_defaults_to_the_chapters_step():
-    layers = [Layer(f"l{i}", 0.01, [4e6]) for i in range(6)]
-    link = Link(16, 5e-6, 50e9)
-    plain = zero3_step(layers, link, prefetch=True)
-    assert zero3_step(layers, link, prefetch=True, reduce_scale=1.0).step_s == (
-        plain.step_s
-    )
-    double = zero3_step(layers, link, prefetch=True, reduce_scale=2.0)
-    rs = [s for s in double.spans if s.kind == "reducescatter"]
-    assert all(s.nbytes == 8e6 for s in rs)
-    assert double.comm_s > plain.comm_s
 
 
 def test_micro_steps_multiply_the_fsdp_step():
@@ -401,4 +389,5 @@ def test_impossible_inputs_raise_a_clear_error(call, says):
 def test_the_default_mtbf_is_llama3s_failure_rate():
     # 419 unexpected interruptions in 54 days on 2,048 nodes (the Llama 3 paper)
     assert round(2048 * 54 / 419) == Training().node_mtbf_days
-    assert math.isclose(ps.wire_bytes("bf16").reduce, 4)
+    # in bf16 the gradients travel in bf16, as the ZeRO paper counts them
+    assert math.isclose(ps.wire_bytes("bf16").reduce, 2)

@@ -24,6 +24,8 @@ DAY_S = 86400.0
 def gb(x):
     """Bytes as GB (10^9) with the digits that matter."""
     v = x / GB
+    if v == 0:
+        return "0 GB"
     return f"{v:,.0f} GB" if v >= 100 else f"{v:.1f} GB" if v >= 1 else f"{v:.2f} GB"
 
 
@@ -64,7 +66,10 @@ def run_lines(p):
                 "    model.parameters(), optimizer_class=torch.optim.AdamW)",
             ]
         if t.precision == "bf16":
-            lines.append('# forward under torch.autocast("cuda", dtype=torch.bfloat16)')
+            lines += [
+                "model.register_comm_hook(None, default_hooks.bf16_compress_hook)",
+                '# forward under torch.autocast("cuda", dtype=torch.bfloat16)',
+            ]
         if steps > 1:
             lines.append(
                 f"# {steps} micro-steps a step, the first {steps - 1} in no_sync()"
@@ -78,10 +83,8 @@ def run_lines(p):
             )
             args.append("mesh=mesh")
         if t.precision == "bf16":
-            lines += [
-                "mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,",
-                "                          reduce_dtype=torch.float32)",
-            ]
+            # reduce_dtype left unset: the gradients are reduced in bf16 too
+            lines.append("mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16)")
             args.append("mp_policy=mp")
         lines += [
             "for block in model.layers:",

@@ -110,7 +110,8 @@ def memory(p, step):
 
 
 WHAT = {
-    "DDP": "a ring all-reduce of the fp32 gradients (4 Ψ bytes)",
+    "DDP": "a ring all-reduce of the gradients as the wire carries them (2 Ψ "
+    "bytes in bf16 with bf16_compress_hook, 4 Ψ in fp32)",
     "ZeRO-1": "DDP's all-reduce, then an all-gather of the fp32 parameters (4 Ψ)",
     "ZeRO-2": "an all-gather of the parameters, a reduce-scatter of the gradients",
     "ZeRO-3": "two all-gathers of the parameters, a reduce-scatter of the gradients",

@@ -18,7 +18,8 @@ The planner's physics, each number from the chapter that builds it:
 
 The strategies, as PyTorch runs them:
 
-* **DDP**: every GPU holds everything; buckets all-reduce the fp32 gradients.
+* **DDP**: every GPU holds everything; buckets all-reduce the gradients
+  (in bf16 with chapter 5's ``bf16_compress_hook``, when training in bf16).
 * **ZeRO-1**: ``ZeroRedundancyOptimizer`` behind DDP: the optimizer state is
   sharded; after the step each GPU all-gathers the updated fp32 parameters,
   and nothing computes while they travel.
@@ -39,6 +40,7 @@ Standard library only: the planner runs in the reader's browser.
 import functools
 from dataclasses import dataclass
 
+from mylib.models import buckets
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
 from mylib.models.cluster import ALL_GATHER, ALL_REDUCE, ring, ring_alpha_beta
@@ -68,14 +70,20 @@ class Bytes:
     """Element sizes: what is gathered, reduced and kept as activations."""
 
     gather: int  # FSDP's all-gathered parameters (2: bf16)
-    reduce: int  # gradients on the wire (4: fp32)
+    reduce: int  # gradients on the wire (2: bf16)
     activation: int  # activations (2: bf16)
 
 
 def wire_bytes(precision):
-    """:class:`Bytes` of ``"bf16"`` mixed precision or of ``"fp32"`` training."""
+    """:class:`Bytes` of ``"bf16"`` mixed precision or of ``"fp32"`` training.
+
+    In bf16 the gradients travel in bf16 too: DDP with chapter 5's
+    ``bf16_compress_hook``, FSDP2 with ``MixedPrecisionPolicy(param_dtype=
+    torch.bfloat16)``, whose ``reduce_dtype`` then defaults to the compute
+    dtype. The ZeRO paper counts the same 2 bytes.
+    """
     if precision == "bf16":
-        return Bytes(gather=2, reduce=4, activation=2)
+        return Bytes(gather=2, reduce=2, activation=2)
     if precision == "fp32":
         return Bytes(gather=4, reduce=4, activation=4)
     raise ValueError(f"precision must be 'bf16' or 'fp32', got {precision!r}")
@@ -122,10 +130,11 @@ class Step:
     """One micro-step's compute per GPU, as the timelines need it."""
 
     forward_s: float  # the whole forward
-    ddp_layers: tuple  # backward order, fp32 gradient bytes
+    ddp_layers: tuple  # backward order, the gradients' bytes on the wire
     fsdp_layers: tuple  # backward order, gathered parameter bytes
     forward_ratio: float  # a layer's forward over its backward (FSDP timelines)
     psi: float
+    wire_share: float = 1.0  # bytes on the wire per byte of DDP's fp32 buckets
 
     @property
     def compute_s(self):
@@ -138,9 +147,14 @@ def ddp_timeline(step, link, cap_mb):
 
     An explicit ``bucket_cap_mb`` is also DDP's first bucket cap
     (:mod:`mylib.models.buckets`); the default (``None``, 25 MiB) keeps 1 MiB.
+    DDP fills its buckets with fp32 gradients; a compressing hook sends
+    ``step.wire_share`` of each (chapter 5), so the layers hold the bytes on
+    the wire and the caps shrink alike: the same buckets, fewer bytes.
     """
-    first = None if cap_mb is None else cap_mb * MB
+    share = step.wire_share
+    first = buckets.DEFAULT_FIRST_BUCKET_BYTES if cap_mb is None else cap_mb * MB
     cap = (DEFAULT_CAP_MB if cap_mb is None else cap_mb) * MB
+    first, cap = first * share, cap * share
     return tl.simulate(
         step.ddp_layers, cap, link, first_cap_bytes=first, forward_s=step.forward_s
     )
@@ -173,7 +187,7 @@ def ddp_cost(step, cluster, micro_steps, zero1=False, cap_mb=None):
     if cap_mb is None:
         cap_mb = min(CAPS_MB, key=lambda cap: (timelines[cap].step_s, cap))
     chosen = timelines[cap_mb]
-    traffic = ddp_traffic(cluster, step.psi * KEPT["grads"])
+    traffic = ddp_traffic(cluster, step.psi * KEPT["grads"] * step.wire_share)
     step_s = (micro_steps - 1) * step.compute_s + chosen.step_s
     exposed, default_exposed = chosen.exposed_comm_s, default.exposed_comm_s
     if zero1:  # the updated fp32 parameters, gathered after the step
@@ -204,7 +218,6 @@ def zero3_micro(step, cluster, bytes_, reshard_after_forward):
         prefetch=True,
         reshard_after_forward=reshard_after_forward,
         forward_ratio=step.forward_ratio,
-        reduce_scale=bytes_.reduce / bytes_.gather,
     )
 
 

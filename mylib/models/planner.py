@@ -204,15 +204,14 @@ def _micro_step(m, gpu, precision, efficiency, micro_batch, checkpointing):
     block_fwd = tf.block_forward_flops(m, tokens) / peak
     out_fwd = tf.output_forward_flops(m, tokens) / peak
     block_bwd = (3 if checkpointing else 2) * block_fwd  # + the recomputed forward
-    gather = ps.wire_bytes(precision).gather
+    wire = ps.wire_bytes(precision)
     return ps.Step(
         forward_s=m.layers * block_fwd + out_fwd,
-        ddp_layers=tuple(
-            tf.timeline_layers(m, ps.KEPT["grads"], block_bwd, 2 * out_fwd)
-        ),
-        fsdp_layers=tuple(tf.timeline_layers(m, gather, block_bwd, 2 * out_fwd)),
+        ddp_layers=tuple(tf.timeline_layers(m, wire.reduce, block_bwd, 2 * out_fwd)),
+        fsdp_layers=tuple(tf.timeline_layers(m, wire.gather, block_bwd, 2 * out_fwd)),
         forward_ratio=block_fwd / block_bwd,
         psi=tf.num_params(m),
+        wire_share=wire.reduce / ps.KEPT["grads"],
     )
 
 

@@ -6,7 +6,11 @@ measured number; :func:`comparisons` plans the same run
 planner's figure beside the published one. The planner is never fitted to
 the number it is compared with. Where a comparison needs the kernel
 efficiency, it is taken from another row of the same source (the smaller
-run), so what is checked is how the plan changes with the cluster.
+run), so what is checked is how the plan changes with the cluster. The
+planner reduces gradients in bf16 (2 bytes a parameter); torchtitan and
+MosaicML's ``amp_bf16`` runs reduce in fp32, 8 bytes a parameter on the wire
+per FSDP micro-step where the planner counts 6, so the planner's
+communication is, if anything, light for them.
 
 * **ZeRO** (Rajbhandari et al., 2020, figure 1): model states per GPU for
   7.5B parameters on 64 GPUs with mixed-precision Adam.

@@ -79,7 +79,6 @@ def zero3_step(
     reshard_after_forward=True,
     forward_ratio=0.5,
     optimizer_s=0.0,
-    reduce_scale=1.0,
     name=None,
 ):
     """The timeline of a ZeRO-3 step over ``layers``.
@@ -91,9 +90,6 @@ def zero3_step(
     last reduce-scatter. ``reshard_after_forward=False`` keeps each layer
     whole from its forward to the end of its backward, which then gathers
     nothing (FSDP2's ``reshard_after_forward=False``, ZeRO-2's traffic).
-    ``reduce_scale``: bytes reduce-scattered per byte gathered (2 when the
-    parameters are gathered in bf16 and the gradients reduced in fp32, as
-    FSDP2's ``reduce_dtype=torch.float32`` does).
     """
     layers = list(reversed(tl._check(layers)))  # forward order
     n, alpha, bw = link.ranks, link.alpha_s, link.bandwidth
@@ -150,7 +146,7 @@ def zero3_step(
         _, last_reduce = on_link(
             "reducescatter",
             t,
-            layers[i].nbytes * reduce_scale,
+            layers[i].nbytes,
             f"reduce-scatter {layers[i].name}",
             ring_reduce_scatter_time,
         )

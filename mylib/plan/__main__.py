@@ -84,19 +84,20 @@ def wrap(text, indent=""):
 def report(p, fit=None, explain=False):
     """The plan as text: what the page shows, in the same words and numbers."""
     m, c = p.model, p.cluster
+    params = p.values["model.params"].text
     out = [
-        f"{m.name} ({p.values['model.params'].text} parameters) on {c.nodes} x "
-        f"{c.name} ({c.ranks} GPUs of {p.node.gpu.name})"
+        wrap(
+            f"{m.name}, {params} parameters, on {c.nodes} x {c.name}: "
+            f"{c.ranks} x {p.node.gpu.name}"
+        )
     ]
     if fit is not None:
-        out.append(
-            "calibrated: "
-            + "; ".join(
-                f"{r.min_bytes:,}-{r.max_bytes:,} B: {r.alpha_s * 1e6:.2f} us a step, "
-                f"{r.busbw / 1e9:.1f} GB/s bus"
-                for r in fit.regimes
-            )
+        regimes = "; ".join(
+            f"{r.min_bytes:,}-{r.max_bytes:,} B: {r.alpha_s * 1e6:.2f} us a step, "
+            f"{r.busbw / 1e9:.1f} GB/s bus"
+            for r in fit.regimes
         )
+        out.append(wrap(f"calibrated on {fit.ranks} GPUs: {regimes}"))
     for title, header, rows in p.tables():
         if not rows:
             continue
@@ -115,9 +116,12 @@ def report(p, fit=None, explain=False):
     if explain:
         out += ["", "How each number is derived:"]
         out += [
-            f"  {d.key}: {d.text} = {d.formula}"
-            + (f" [{d.inputs}]" if d.inputs else "")
-            + f" (chapter {d.chapter})"
+            wrap(
+                f"{d.key}: {d.text} = {d.formula}"
+                + (f" [{d.inputs}]" if d.inputs else "")
+                + f" (chapter {d.chapter})",
+                indent="  ",
+            )
             for d in p.values.values()
         ]
     return "\n".join(out)
@@ -128,11 +132,9 @@ def main(argv=None, stdout=None, stderr=None):
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     args = parser().parse_args(argv)
     if args.list:
-        print("models: " + "; ".join(MODELS), file=stdout)
-        print(
-            "nodes:  " + "; ".join(f"{k} ({v.about})" for k, v in NODES.items()),
-            file=stdout,
-        )
+        print(wrap("models: " + "; ".join(MODELS)), file=stdout)
+        nodes = "; ".join(f"{k} ({v.about})" for k, v in NODES.items())
+        print(wrap("nodes: " + nodes), file=stdout)
         return 0
     values = {f.name: getattr(args, f.name) for f in inputs.FIELDS}
     if args.nccl_tests:
