@@ -99,6 +99,7 @@ CASES = [
     {"model": "Llama 3 8B", "nodes": 2, "checkpointing": False},
     {"model": "GPT-2 124M", "nodes": 1, "micro_batch": 8, "precision": "fp32"},
     {"model": "custom", "layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 4},
+    {"node": "custom", "gpus_per_node": 4, "nics_per_node": 1, "nic_gbit_s": 100},
     {"model": "Llama 3 405B"},  # nothing fits: the smallest configuration
 ]
 

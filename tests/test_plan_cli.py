@@ -103,3 +103,14 @@ def test_python_dash_m_runs_it():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Memory per GPU" in done.stdout and "Plan: " in done.stdout
+
+
+def test_a_custom_node_from_the_terminal():
+    code, out, _ = planner(
+        "--node", "custom", "--gpus-per-node", "4", "--nics-per-node", "1",
+        "--nic-gbit-s", "100", "--gpu-memory-gb", "24", "--bf16-tflops", "165",
+        "--model", "GPT-2 124M", "--nodes", "4", "--micro-batch", "8",
+        "--global-batch-mtokens", "0.5", "--no-checkpointing",
+    )  # fmt: skip
+    assert code == 0
+    assert "on 4 x custom node: 16 x custom GPU" in out

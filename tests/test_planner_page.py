@@ -85,3 +85,18 @@ def test_the_widget_redraws_with_the_pages_html():
     nodes.value = 16
     assert view.output.value == page.render({"nodes": 16})
     assert len(planner.redraw_s) == 1
+
+
+def test_a_custom_node_is_the_cluster_model_of_its_fields():
+    from mylib.models.cluster import NVLINK_PAYLOAD_SHARE, nic_each_way
+
+    values = {"node": "custom", "gpus_per_node": 4, "nvlink_gb_s": 100,
+              "nics_per_node": 2, "nic_gbit_s": 200, "gpu_memory_gb": 48,
+              "bf16_tflops": 300, "model": "Llama 3 8B", "nodes": 3}  # fmt: skip
+    p, _ = inputs.run(values)
+    c = p.cluster
+    assert (c.nodes, c.gpus_per_node, c.nics_per_node) == (3, 4, 2)
+    assert c.nvlink_bw == 100e9 * NVLINK_PAYLOAD_SHARE
+    assert c.nic_bw == nic_each_way(200)
+    assert (p.node.gpu.memory, p.node.gpu.bf16_flops) == (48e9, 300e12)
+    assert set(parsed(page.render(values)).shown) <= set(p.values)

@@ -109,6 +109,33 @@ def summary_html(p):
     )
 
 
+def _regime_of(fit, nbytes):
+    inside = [r for r in fit.regimes if r.min_bytes <= nbytes <= r.max_bytes]
+    return inside[0] if inside else fit.regimes[-1]
+
+
+def sizes_html(fit):
+    """Every pasted size: its time, algorithm and bus bandwidth, and the fit's time."""
+    factor, rows = 2 * (fit.ranks - 1) / fit.ranks, []
+    for row in fit.rows:
+        r = _regime_of(fit, row.nbytes)
+        model = 2 * (fit.ranks - 1) * r.alpha_s + factor * row.nbytes / r.busbw
+        rows.append(
+            f"<tr><td>{row.nbytes:,}</td><td>{row.seconds * 1e6:,.2f}</td>"
+            f"<td>{row.algbw / 1e9:.2f}</td><td>{row.busbw / 1e9:.2f}</td>"
+            f"<td>{model * 1e6:,.2f}</td></tr>"
+        )
+    return (
+        '<details class="planner-derivations" data-fold="sizes"><summary>The pasted '
+        "sizes: algorithm bandwidth S / t, bus bandwidth S / t x 2(n-1)/n, and the "
+        "fitted time</summary><div class='planner-scroll'><table class='planner-table'>"
+        "<thead><tr><th>bytes</th><th>time (us)</th><th>algbw (GB/s)</th>"
+        "<th>busbw (GB/s)</th><th>fit (us)</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table></div></details>"
+    )
+
+
 def fit_html(fit, cluster):
     """The calibration: each size regime's latency and bandwidth, and the link used."""
     rows = "".join(
@@ -129,7 +156,9 @@ def fit_html(fit, cluster):
         f"<tbody>{rows}</tbody></table></div><p>Planned on {E(cluster.name)}: "
         f"{E(link)}. Chapter 1's ring, 2(n-1) alpha + 2(n-1)/n S / beta, fitted "
         "to each size regime (least squares on relative error); the bus bandwidth "
-        "is the algorithm bandwidth S / t times 2(n-1)/n.</p></section>"
+        "is the algorithm bandwidth S / t times 2(n-1)/n.</p>"
+        + sizes_html(fit)
+        + "</section>"
     )
 
 
@@ -156,7 +185,8 @@ def plan_html(p, fit=None):
 
 # -- the form -------------------------------------------------------------------
 
-GROUPS = ("model", "custom shapes", "cluster", "training", "failures", "calibration")
+GROUPS = ("model", "custom shapes", "cluster", "custom node", "training", "failures")
+GROUPS += ("calibration",)
 
 
 def _control(f):

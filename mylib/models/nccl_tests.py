@@ -185,6 +185,7 @@ class Fit:
     ranks: int
     nodes: object
     regimes: tuple
+    rows: tuple = ()  # the measured sizes it was fitted to
 
     @property
     def alpha_s(self):
@@ -214,7 +215,7 @@ def fit(table, min_sizes=3, one_line_within=0.05):
             worst = max(part.max_error for part in parts)
             if worst < best[0]:
                 best = (worst, parts)
-    return Fit(n, table.nodes, best[1])
+    return Fit(n, table.nodes, best[1], rows)
 
 
 def _regime(rows, n):

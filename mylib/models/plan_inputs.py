@@ -12,7 +12,12 @@ Standard library only: the page parses its form in the reader's browser.
 from dataclasses import dataclass
 
 from mylib.models import nccl_tests
-from mylib.models.hardware import NODES
+from mylib.models.cluster import (
+    NVLINK_PAYLOAD_SHARE,
+    Cluster,
+    nic_each_way,
+)
+from mylib.models.hardware import GPU, NODES, NodeType
 from mylib.models.planner import PlanError, Training, plan
 from mylib.models.transformer import MODELS, Transformer
 
@@ -47,6 +52,10 @@ def _custom(name, label, default):
     return Field(name, label, "int", default, "custom shapes", minimum=1)
 
 
+def _node(name, label, kind, default):
+    return Field(name, label, kind, default, "custom node", minimum=1)
+
+
 FIELDS = (
     Field(
         "model",
@@ -69,9 +78,17 @@ FIELDS = (
         "choice",
         "DGX H100",
         "cluster",
-        tuple((f"{k} ({v.about})", k) for k, v in NODES.items()),
+        tuple((f"{k} ({v.about})", k) for k, v in NODES.items())
+        + (("custom (the node below)", "custom"),),
     ),
     Field("nodes", "number of nodes", "int", 8, "cluster", minimum=1, maximum=65536),
+    _node("gpus_per_node", "GPUs a node", "int", 8),
+    _node("nvlink_gb_s", "NVLink a GPU (GB/s each way, the vendor's)", "float", 450.0),
+    _node("nics_per_node", "NICs a node", "int", 8),
+    _node("nic_gbit_s", "a NIC's rate (Gb/s)", "float", 400.0),
+    _node("gpu_memory_gb", "GPU memory (GB)", "float", 80.0),
+    _node("bf16_tflops", "dense bf16 peak (TFLOP/s)", "float", 989.5),
+    _node("fp32_tflops", "fp32 peak (TFLOP/s)", "float", 67.0),
     Field(
         "global_batch_mtokens",
         "global batch (millions of tokens, 2^20)",
@@ -199,6 +216,44 @@ def model_of(v):
     return m
 
 
+def node_of(v):
+    """The node the values describe: a preset, or the custom node's fields.
+
+    A custom node's NVLink is the vendor's rate each way, of which NCCL moves
+    :data:`~mylib.models.cluster.NVLINK_PAYLOAD_SHARE` (chapter 1), as for
+    the presets.
+    """
+    if v["node"] != "custom":
+        return NODES[v["node"]]
+    gpu = GPU(
+        "custom GPU",
+        v["gpu_memory_gb"] * 1e9,
+        v["bf16_tflops"] * 1e12,
+        v["fp32_tflops"] * 1e12,
+        "the reader's",
+    )
+    g, nics, nic_gbit = v["gpus_per_node"], v["nics_per_node"], v["nic_gbit_s"]
+    nvlink = v["nvlink_gb_s"] * 1e9 * NVLINK_PAYLOAD_SHARE
+    about = f"{g} GPUs, NVLink {v['nvlink_gb_s']:g} GB/s, {nics} x {nic_gbit:g} Gb/s"
+    make = CustomNodes(g, nvlink, nics, nic_each_way(nic_gbit))
+    return NodeType("custom node", gpu, make, about)
+
+
+@dataclass(frozen=True)
+class CustomNodes:
+    """``nodes -> Cluster`` for the custom node (hashable: the planner remembers)."""
+
+    gpus: int
+    nvlink_bw: float
+    nics: int
+    nic_bw: float
+
+    def __call__(self, nodes):
+        return Cluster(
+            "custom node", nodes, self.gpus, self.nvlink_bw, self.nics, self.nic_bw
+        )
+
+
 def run(values):
     """``(plan, fit)``: the plan for these values (defaults for the rest).
 
@@ -210,7 +265,7 @@ def run(values):
     if unknown:
         raise PlanError(f"unknown input(s) {unknown}; the inputs are {list(BY_NAME)}")
     v = {f.name: coerce(f, values.get(f.name, f.default)) for f in FIELDS}
-    m, node = model_of(v), NODES[v["node"]]
+    m, node = model_of(v), node_of(v)
     training = Training(
         global_batch_tokens=max(1, round(v["global_batch_mtokens"] * MTOKENS)),
         micro_batch=v["micro_batch"],
