@@ -301,7 +301,10 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
     mtbf = ci.job_mtbf(t.node_mtbf_days * 86400, nodes)
     daly = ci.daly_interval(t.checkpoint_write_s, mtbf)
     assert p.values["run.checkpoint_every"].value == daly
-    w = ci.waste_fraction(daly, t.checkpoint_write_s, mtbf, t.restart_s)
+    w = ci.waste_per_work(daly, t.checkpoint_write_s, mtbf, t.restart_s)
+    assert p.values["run.lost"].value == ci.lost_fraction(
+        daly, t.checkpoint_write_s, mtbf, t.restart_s
+    )
     assert p.values["run.lost"].value == pytest.approx(w / (1 + w), rel=1e-12)
     # every number shown has its derivation
     for d in p.values.values():

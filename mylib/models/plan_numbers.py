@@ -290,8 +290,7 @@ def checkpoint(p, nodes):
         ("Daly's interval / step time, rounded", "", "9"),
         "checkpoint every (steps)",
     )
-    waste = ci.waste_fraction(daly, t.checkpoint_write_s, mtbf, t.restart_s)
-    lost = waste / (1 + waste)
+    lost = ci.lost_fraction(daly, t.checkpoint_write_s, mtbf, t.restart_s)
     p.add(
         "run.lost",
         lost,
