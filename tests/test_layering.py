@@ -4,6 +4,9 @@
   each docstring naming the chapter that builds it;
 * ``mylib.models`` imports only the standard library and ``mylib.models``
   (the browser runs it);
+* ``mylib.plan`` (``python -m mylib.plan``, the terminal planner) imports only
+  the standard library and ``mylib.models``: a front end, not a chapter's
+  module, so it is a subpackage and the top level keeps its count;
 * nothing in the library proper or in ``mylib.models`` imports
   ``mylib.figures`` or ``mylib.experiments``;
 * a figure of ``models/X.py`` lives at ``figures/X.py``: every figure module
@@ -69,7 +72,7 @@ def test_top_level_is_the_library_each_module_naming_its_chapter():
     subpackages = {
         p.name for p in MYLIB.iterdir() if p.is_dir() and not p.name.startswith("_")
     }
-    assert subpackages == {"models", "figures", "experiments"}
+    assert subpackages == {"models", "figures", "experiments", "plan"}
 
 
 @pytest.mark.parametrize("path", _modules(MYLIB / "models"), ids=lambda p: p.name)
@@ -82,6 +85,18 @@ def test_models_import_only_the_standard_library_and_models(path):
     assert not wrong, (
         f"models/{path.name} imports {sorted(wrong)}: models run in the browser"
     )
+
+
+@pytest.mark.parametrize(
+    "path", sorted((MYLIB / "plan").glob("*.py")), ids=lambda p: p.name
+)
+def test_the_terminal_planner_imports_only_the_standard_library_and_models(path):
+    wrong = {
+        name
+        for name in _imports(path)
+        if _layer(name) not in ("stdlib", "models") and name != "mylib.models"
+    }
+    assert not wrong, f"plan/{path.name} imports {sorted(wrong)}"
 
 
 @pytest.mark.parametrize(
@@ -109,7 +124,7 @@ def test_a_figure_is_named_after_what_it_draws():
 
 def test_subpackage_inits_are_docstrings_only():
     # the browser ships them: they must import nothing
-    for sub in ("models", "figures", "experiments"):
+    for sub in ("models", "figures", "experiments", "plan"):
         tree = ast.parse((MYLIB / sub / "__init__.py").read_text())
         assert ast.get_docstring(tree) and len(tree.body) == 1, sub
 

@@ -8,8 +8,9 @@ page (Pyodide). This extension
   ``_static/mylib/`` of the built HTML, at build time, so the one source in
   ``mylib/`` is what the page runs and nothing is copied into git;
 * adds ``_static/livefig.js`` and ``_static/livefig.css`` (from
-  ``book/_static``) to every page; the script does nothing on pages without
-  a live figure.
+  ``book/_static``) to every page, and ``planner.js`` and ``planner.css``
+  (the "Plan your run" page, which uses livefig.js's Python); the scripts
+  do nothing on pages without a live figure or a planner.
 
 Enabled in ``_config.yml``: ``sphinx: local_extensions: {mylib_static: book/_ext}``.
 """
@@ -64,5 +65,7 @@ def copy_mylib(app, exception):
 def setup(app):
     app.add_js_file("livefig.js")
     app.add_css_file("livefig.css")
+    app.add_js_file("planner.js")  # the "Plan your run" page (mylib.figures.planner)
+    app.add_css_file("planner.css")
     app.connect("build-finished", copy_mylib)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

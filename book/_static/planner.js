@@ -1,0 +1,123 @@
+/* planner.js: the static site's half of mylib.figures.planner.Planner.
+ *
+ * The planner arrives in the page as its static twin (Planner.static_html):
+ * the form as plain HTML inputs, the default plan, and data attributes naming
+ * the Python function that renders a plan (data-module, data-function) and
+ * the mylib modules it needs (data-modules). When the page is idle this
+ * script asks livefig.js for the page's Python (window.mylibLivefig.python:
+ * Pyodide served by the site itself, no network) with those modules, and on
+ * every change of an input calls mylib.figures.planner.render_json with the
+ * form's values: the plan is computed in the page by the book's own Python.
+ * Changes are coalesced to one redraw per animation frame, always with the
+ * latest values; the derivations a reader has unfolded stay unfolded.
+ *
+ * For tests and the curious, the planner carries data-state (static,
+ * loading, live, error), data-renders, data-render-ms (the last redraw:
+ * Python and the page update), data-input-ms (from the change to the new
+ * plan on screen) and data-python (ready once Python and the modules are in).
+ */
+(function () {
+  "use strict";
+  var renderers = {};
+
+  function valuesOf(root) {
+    var values = {};
+    root.querySelectorAll(".planner-form [name]").forEach(function (el) {
+      values[el.name] = el.type === "checkbox" ? el.checked : el.value;
+    });
+    return values;
+  }
+
+  function python(root) {
+    if (!window.mylibLivefig) return Promise.reject(new Error("livefig.js is not loaded"));
+    return window.mylibLivefig.python(JSON.parse(root.dataset.modules)).then(function (py) {
+      var key = root.dataset.module + "." + root.dataset.function;
+      if (!renderers[key]) renderers[key] = py.pyimport(root.dataset.module)[root.dataset.function];
+      return renderers[key];
+    });
+  }
+
+  function setStatus(root, state, message) {
+    root.dataset.state = state;
+    var status = root.querySelector(".planner-status");
+    if (status && message) status.textContent = message;
+  }
+
+  async function redraw(root) {
+    if (root._busy) { root._pending = true; return; }
+    root._busy = true;
+    try {
+      do {
+        root._pending = false;
+        if (root.dataset.state === "static") setStatus(root, "loading", "Loading Python in your browser...");
+        var render = await python(root);
+        var inputAt = root._inputAt;
+        root._inputAt = null;
+        var out = root.querySelector(".planner-output");
+        var open = Array.from(out.querySelectorAll("details[open]")).map(function (d) { return d.dataset.fold; });
+        var started = performance.now();
+        var planHtml = render(JSON.stringify(valuesOf(root)));
+        out.innerHTML = planHtml;
+        open.forEach(function (fold) {
+          var d = out.querySelector('details[data-fold="' + fold + '"]');
+          if (d) d.open = true;
+        });
+        var done = performance.now();
+        root.dataset.renderMs = (done - started).toFixed(2);
+        if (inputAt != null) root.dataset.inputMs = (done - inputAt).toFixed(2);
+        root.dataset.renders = String(Number(root.dataset.renders || 0) + 1);
+        setStatus(root, "live", "Computed in your browser by the book's own Python (" +
+                  root.dataset.module + "), " + (done - started).toFixed(0) + " ms for this plan.");
+      } while (root._pending);
+    } catch (err) {
+      console.error("planner: " + err);
+      setStatus(root, "error", "Could not compute the plan in this page: " + err);
+    } finally {
+      root._busy = false;
+    }
+  }
+
+  function schedule(root) {
+    if (root._inputAt == null) root._inputAt = performance.now();
+    if (root._frame) return;
+    root._frame = requestAnimationFrame(function () { root._frame = 0; redraw(root); });
+  }
+
+  function setUp(root) {
+    if (root._planner || !root.dataset.module) return;
+    root._planner = true;
+    var form = root.querySelector(".planner-form");
+    form.addEventListener("input", function () { schedule(root); });
+    form.addEventListener("change", function () { schedule(root); });
+    form.addEventListener("submit", function (e) { e.preventDefault(); });
+    root.querySelectorAll(".planner-example").forEach(function (button) {
+      button.addEventListener("click", function () {
+        var text = form.querySelector("textarea[name=nccl_tests]");
+        text.value = button.dataset.example;
+        schedule(root);
+      });
+    });
+  }
+
+  // Load Python and draw once, unseen, so that the reader's first change only draws.
+  function preload() {
+    document.querySelectorAll(".planner[data-module]").forEach(function (root) {
+      python(root).then(function (render) {
+        render(JSON.stringify(valuesOf(root)));
+        root.dataset.python = "ready";
+      }).catch(function (err) { root.dataset.python = "error"; console.error("planner: " + err); });
+    });
+  }
+
+  function setUpAll() { document.querySelectorAll(".planner").forEach(setUp); }
+  window.mylibPlanner = { redraw: redraw, values: valuesOf };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpAll);
+  else setUpAll();
+  function whenIdle() {
+    if (!document.querySelector(".planner[data-module]")) return;
+    if (window.requestIdleCallback) requestIdleCallback(preload, { timeout: 2000 });
+    else setTimeout(preload, 200);
+  }
+  if (document.readyState === "complete") whenIdle();
+  else window.addEventListener("load", whenIdle);
+})();
