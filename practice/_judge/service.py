@@ -58,11 +58,11 @@ def runtime_dir():
     return folder
 
 
-def _key(with_torch, preload):
+def _key(with_torch):
     """Which service: this judge's sources, this Python, this folder, this kind."""
     h = hashlib.sha256()
     h.update(f"{os.path.realpath(sandbox.PRACTICE_DIR)}\0{sys.executable}\0".encode())
-    h.update(f"{with_torch}\0{' '.join(preload)}\0".encode())
+    h.update(f"{with_torch}\0".encode())
     judge_dir = os.path.dirname(os.path.abspath(__file__))
     for name in sorted(os.listdir(judge_dir)):
         if name.endswith(".py"):
@@ -81,7 +81,6 @@ class Service:
         self._paths = {}
 
     def _address(self, with_torch):
-        preload = sandbox.preload_for(self.exercises) if with_torch else []
         folder = runtime_dir() if self.idle_s > 0 else None
         if folder is None:  # a service for this command only
             folder = self._private = getattr(self, "_private", None) or (
@@ -89,11 +88,19 @@ class Service:
             )
             name = f"{'torch' if with_torch else 'plain'}.sock"
         else:
-            name = f"{_key(with_torch, preload)}.sock"
-        return os.path.join(folder, name), preload
+            name = f"{_key(with_torch)}.sock"
+        return os.path.join(folder, name)
 
-    def _connect(self, with_torch):
-        path, preload = self._address(with_torch)
+    def _connect(self, exercise):
+        """A connection to the service for ``exercise``'s kind, started if need be.
+
+        A service started now imports torch and what this exercise's checks
+        list (``RANK_PRELOAD``); a running one imports what a later exercise
+        lists before grading it, once.
+        """
+        with_torch = bool(exercise.ranks)
+        preload = sandbox.preload_for([exercise]) if with_torch else []
+        path = self._address(with_torch)
         self._paths[with_torch] = path
         deadline = time.monotonic() + CONNECT_S
         with open(path + ".lock", "a") as lock:
@@ -142,7 +149,9 @@ class Service:
             "time_limit_s": time_limit_s,
             "check_timeout_s": check_timeout_s,
         }
-        with self._connect(bool(exercise.ranks)) as sock:
+        if exercise.ranks:
+            request["preload"] = sandbox.preload_for([exercise])
+        with self._connect(exercise) as sock:
             server.send_json(sock, request)
             limit = (time_limit_s or exercise.time_limit_s) + CONNECT_S
             answer = server.recv_json(sock, limit)
