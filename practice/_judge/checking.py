@@ -35,12 +35,13 @@ def check(name):
 class Mismatch(AssertionError):
     """The reader's answer is wrong: says what was asked, expected and returned."""
 
-    def __init__(self, message, *, input=None, expected=None, got=None):
+    def __init__(self, message, *, input=None, expected=None, got=None, where=""):
         super().__init__(message)
         self.message = message
         self.input = input
         self.expected = expected
         self.got = got
+        self.where = where
 
 
 class MissingName(AttributeError):
@@ -52,9 +53,12 @@ class MissingName(AttributeError):
         self.path = path
 
 
-def fail(message, *, input=None, expected=None, got=None):
-    """Stop the check with a wrong-answer verdict."""
-    raise Mismatch(message, input=input, expected=expected, got=got)
+def fail(message, *, input=None, expected=None, got=None, where=""):
+    """Stop the check with a wrong-answer verdict.
+
+    ``where``: lines that locate the problem (shown under the message).
+    """
+    raise Mismatch(message, input=input, expected=expected, got=got, where=where)
 
 
 def show(value):

@@ -7,6 +7,7 @@ at the end, and no process of a test outlives it.
 """
 
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import sys
@@ -72,25 +73,46 @@ def graded_starters(exercises, graded):
 
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
-    """After each test, no process below this one (servers, ranks, detached ones)."""
+    """After each test, no new process below this one (servers, ranks, detached
+    ones); helpers that were there before (multiprocessing's) do not count."""
     from _judge import server
 
+    before = set(server.descendants(os.getpid()))
     yield
     deadline = time.monotonic() + 10.0
-    while server.descendants(os.getpid()) and time.monotonic() < deadline:
+    while set(server.descendants(os.getpid())) - before:
+        if time.monotonic() > deadline:
+            break
         time.sleep(0.05)  # a service asked to stop is still on its way out
-    left = server.descendants(os.getpid())
-    server.kill_descendants()
+    left = sorted(set(server.descendants(os.getpid())) - before)
+    for pid in left:
+        server.kill_descendants(pid)
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
     assert not left, f"processes left behind: {left}"
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Every temporary file the session made is gone, but pytest's own folder."""
+    import multiprocessing.util
+
     # torch's own per-user cache folder (made when torch._dynamo is imported, in
-    # every program that imports it, as in /tmp normally) is not the judge's.
-    ours = ("pytest-of-", "torchinductor_")
-    left = sorted(n for n in os.listdir(SESSION_TMP) if not n.startswith(ours))
-    shutil.rmtree(SESSION_TMP, ignore_errors=True)
+    # every program that imports it, as in /tmp normally) is not the judge's, nor
+    # multiprocessing's folder, which it removes itself at exit.
+    theirs = ("pytest-of-", "torchinductor_", "pymp-")
+    left = sorted(n for n in os.listdir(SESSION_TMP) if not n.startswith(theirs))
+    for name in os.listdir(SESSION_TMP):
+        if not name.startswith("pymp-"):
+            shutil.rmtree(os.path.join(SESSION_TMP, name), ignore_errors=True)
+    # The folder itself after multiprocessing's (exit priority -100) is gone.
+    multiprocessing.util.Finalize(None, _remove_folder, exitpriority=-101)
     if left and exitstatus == 0:
         session.exitstatus = 1
         print(f"\ntemporary files left behind by the tests: {left}", file=sys.stderr)
+
+
+def _remove_folder():
+    try:
+        os.rmdir(SESSION_TMP)
+    except OSError:
+        pass

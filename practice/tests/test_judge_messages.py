@@ -99,6 +99,43 @@ def train_step(ddp, optimizer, micro_batches, loss_fn):
     assert "only the last, micro-step 2, should" in problem["message"]
 
 
+def test_13_the_ledger_shows_where_the_ranks_part(tmp_path):
+    """The hang exercise runs in chapter 8's collective ledger: per rank, the last
+    call all agree on and each rank's next call, with its line."""
+    exercise = catalog.find(EXERCISES, "13")
+    report = grade_file(exercise, exercise.path("starter.py"))
+    problem = first_problem(report)
+    assert "the ranks' collectives part ways" in problem["message"], problem
+    zero, zero_at, one, one_at = problem["where"].splitlines()
+    assert (
+        zero
+        == "rank 0: last matching #4; then #5 all_reduce float32 [] [stopped at #5]"
+    )
+    assert zero_at.endswith("dist.all_reduce(total)"), zero_at
+    assert one == (
+        "rank 1: last matching #4; then #5 all_reduce float32 [6, 4] [stopped at #5]"
+    )
+    assert one_at.endswith("dist.all_reduce(p.grad)"), one_at
+    # The loss logged by every rank, the uneven batches left: rank 1 leaves the
+    # loop while rank 0 starts a third step.
+    starter = open(exercise.path("starter.py"), encoding="utf-8").read()
+    path = write(
+        tmp_path,
+        starter.replace(
+            "        if rank == 0:  # log the mean loss over all ranks\n", ""
+        )
+        .replace("            total = ", "        total = ")
+        .replace("            dist.all_reduce(total)", "        dist.all_reduce(total)")
+        .replace("            losses.append", "        losses.append"),
+    )
+    uneven = grade_file(exercise, str(path)).results[1]
+    assert "part ways" in uneven["message"], uneven
+    assert (
+        "rank 1: last matching #10; then #11 (none) [left after #10]"
+        in (uneven["where"])
+    ), uneven
+
+
 def test_03_another_wrong_factor_gets_neither_guess(tmp_path):
     body = "dist.all_reduce(p.grad)\n            p.grad /= 3 * n"
     path = write(tmp_path, AVERAGE_BODY.format(body=body))
