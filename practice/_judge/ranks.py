@@ -107,7 +107,8 @@ def spread(per_rank):
 class DistSpy:
     """What the code inside :func:`spy_on_dist` called.
 
-    ``calls`` is a list of (name, dtype, numel, nbytes).
+    ``calls`` is a list of (name, dtype, numel, nbytes, data_ptr) of each call's
+    first tensor.
     """
 
     def __init__(self):
@@ -274,10 +275,11 @@ def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
                     str(tensor.dtype).replace("torch.", ""),
                     tensor.numel(),
                     tensor.numel() * tensor.element_size(),
+                    tensor.data_ptr(),
                 )
             )
         else:
-            spy.calls.append((name, None, 0, 0))
+            spy.calls.append((name, None, 0, 0, 0))
 
     def outermost():
         return getattr(_INSIDE, "depth", 0) == 0
