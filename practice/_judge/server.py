@@ -275,7 +275,14 @@ def _read(sock, n):
 
 
 def _peer_ok(conn, server_pid):
-    """The same user, and not a process below this server (the reader's code)."""
+    """The same user, and not a process below this server (the reader's code).
+
+    Where the system cannot say who is on the other end (no ``SO_PEERCRED``,
+    as on macOS), the socket's folder, which only this user can enter, is the
+    check.
+    """
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True
     try:
         creds = conn.getsockopt(
             socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
