@@ -12,7 +12,8 @@ bit, the restarted run must find everything that decides the next step:
 * the step counter.
 
 And the restarted group must not meet the dead one: :func:`init_for_restarts`
-joins the process group under a key prefix of its own restart attempt.
+joins the process group in a store of this round of rendezvous only
+(:func:`round_store`), on one machine or many.
 
 :func:`save_checkpoint` gathers the ranks' generator states to rank 0, which
 writes one file *atomically*: to a temporary name, flushed to disk, then
@@ -144,7 +145,10 @@ def atomic_save(obj, path):
     """``torch.save(obj, path)`` so that ``path`` is either old or whole, never partial.
 
     Writes ``path + ".tmp"``, flushes it to disk, renames it over ``path``
-    (``os.replace`` is atomic on POSIX), and flushes the folder entry.
+    and flushes the folder entry. ``os.replace`` is atomic on a local POSIX
+    file system; an object store has no rename, and there the commit is an
+    object written last (as ``torch.distributed.checkpoint`` writes its
+    ``.metadata`` after every rank's data).
     """
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -216,19 +220,57 @@ def load_checkpoint(path, model, optimizer, sampler, restore=("data", "rng")):
     return ckpt["step"]
 
 
-def init_for_restarts(timeout_s=300.0):
-    """Join the group ``torchrun`` describes, in a namespace of this restart attempt.
+# What torchrun's agents must be started with so that every round of rendezvous
+# gets a store of its own (see round_store).
+FRESH_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
-    Like :func:`mylib.init_from_env`, with one difference that matters once
-    ``--max-restarts`` is used. With the c10d rendezvous the agent keeps one
-    TCP store for all rounds (``_shared_tcp_store_server`` in
-    ``DynamicRendezvousHandler.next_rendezvous``,
-    ``torch/distributed/elastic/rendezvous/dynamic_rendezvous.py``), so the keys
-    the dead group wrote (gloo's addresses of each rank) are still there when
-    the restarted group starts, and a restarted rank may read a dead peer's
-    address before the new peer overwrites it ("Connection refused"). Here
-    every key goes under ``attempt{TORCHELASTIC_RESTART_COUNT}/``.
-    Returns ``(rank, world_size, device)``.
+
+def round_store(timeout_s=300.0, host=True):
+    """The key-value store this round's group meets in, holding nothing older.
+
+    torchrun re-forms the group in rounds (a restart, a machine lost or
+    added), and the new group must not read what a dead one wrote: a peer's
+    address, a communicator's id. With ``FRESH_STORE_ENV`` set for every
+    agent, each round gets its own store: the rank-0 agent draws a new
+    ``MASTER_PORT`` for the round and publishes it in the round's rendezvous
+    keys, so every agent hands its workers the same port, and rank 0 hosts a
+    new store there. Without it, the agents keep one store for all rounds;
+    with a single agent its restart count numbers the rounds and the keys go
+    under ``attempt{count}/``, but with several agents the counts disagree
+    (an agent whose worker is healthy restarts for a membership change
+    without counting), so that case is refused with the fix. ``host=False``
+    only connects (a second client of the same round's store).
+    """
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    agents = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    if shared and agents > 1:
+        raise RuntimeError(
+            f"{agents} torchrun agents share one store across rounds and their "
+            "restart counts differ: a re-formed group could read a dead group's "
+            "keys. Start every agent with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+            "in its environment (mylib.checkpoint.FRESH_STORE_ENV)."
+        )
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world if host else None,
+        is_master=host and rank == 0 and not shared,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    if shared:  # one agent: its restart count numbers the rounds
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        return dist.PrefixStore(f"attempt{attempt}/", store)
+    return store
+
+
+def init_for_restarts(timeout_s=300.0):
+    """Join the group ``torchrun`` formed in this round, in this round's store.
+
+    Like :func:`mylib.init_from_env`, but safe when the group is re-formed
+    (``--max-restarts``, ``--nnodes=MIN:MAX``): it meets in
+    :func:`round_store`, never among a dead group's keys. Returns
+    ``(rank, world_size, device)``.
     """
     for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         if var not in os.environ:
@@ -237,25 +279,16 @@ def init_for_restarts(timeout_s=300.0):
                 "`torchrun --nproc-per-node=N --max-restarts=K script.py`"
             )
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    timeout = datetime.timedelta(seconds=timeout_s)
-    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        world,
-        is_master=rank == 0 and not agent_hosts,
-        timeout=timeout,
-    )
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store = round_store(timeout_s)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(
         backend,
-        store=dist.PrefixStore(f"attempt{attempt}/", store),
+        store=store,
         rank=rank,
         world_size=world,
-        timeout=timeout,
+        timeout=datetime.timedelta(seconds=timeout_s),
     )
     return rank, world, current_device()
 

@@ -16,7 +16,7 @@ def _browser():
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site():
     """The built site, served on 127.0.0.1 (skips when it is not built)."""
     if not (SITE / "index.html").exists():
@@ -25,8 +25,16 @@ def site():
         yield base_url
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chromium():
     """Headless Chromium (skips, saying how to install it, when it is missing)."""
     with _browser().launch_chromium() as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def visits(site, chromium):
+    """Each page of the site opened once, for every per-page check (site_visits.py)."""
+    import site_visits
+
+    return site_visits.Visits(site, chromium, SITE.parent / "screenshots")

@@ -45,14 +45,13 @@ def python_metrics(svg):
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(site, chromium):
     if not (SITE / PAGE).exists():
         pytest.skip(
             f"no built chapter 9 in {SITE}: build the site first with `make book`"
         )
-    with browser.serve_site(SITE) as base_url, browser.launch_chromium() as chromium:
-        with browser.open_page(chromium, f"{base_url}/{PAGE}") as (tab, problems):
-            yield tab, problems
+    with browser.open_page(chromium, f"{site}/{PAGE}") as (tab, problems):
+        yield tab, problems
 
 
 def values_at(positions):

@@ -53,15 +53,14 @@ def buckets_for_parameters(param_bytes, cap_bytes, first_cap_bytes=None):
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(site, chromium):
     if not (SITE / PAGE).exists():
         pytest.skip(
             f"no practice page in {SITE}: build the site first with `make book`"
         )
-    with browser.serve_site(SITE) as base_url, browser.launch_chromium() as chromium:
-        with browser.open_page(chromium, f"{base_url}/{PAGE}") as (p, problems):
-            p.problems = problems
-            yield p
+    with browser.open_page(chromium, f"{site}/{PAGE}") as (p, problems):
+        p.problems = problems
+        yield p
 
 
 def grade_in_page(page, exercise, code, timeout_ms=120_000):

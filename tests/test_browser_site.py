@@ -20,8 +20,6 @@ from conftest import SITE
 pytestmark = pytest.mark.browser
 
 
-SHOTS = SITE.parent / "screenshots"
-
 browser = pytest.importorskip(
     "browser", reason="tests/browser.py (shared browser helpers) is missing"
 )
@@ -136,24 +134,17 @@ def test_no_broken_internal_link():
 
 
 @pytest.mark.parametrize("page", site_pages() or ["(site not built)"])
-def test_page_loads_offline(site, chromium, page):
+def test_page_loads_offline(visits, page):
+    """No JavaScript error, failed request or request that leaves the machine.
+
+    For the whole visit (site_visits.py): while the page loads, while every live
+    figure's sliders move, while every fold opens. Chapters are screenshot.
+    """
     if page == "(site not built)":
         pytest.skip(f"no built site in {SITE}: build it first with `make book`")
-    with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
-        assert tab.title(), f"{page} has no title"
-        if (
-            tab.locator("mjx-container").count() == 0
-            and tab.locator("span.math, div.math").count() > 0
-        ):
-            tab.wait_for_selector(
-                "mjx-container", timeout=15000
-            )  # MathJax typesets after load
-        if page.startswith("notebooks/"):
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            tab.screenshot(
-                path=str(SHOTS / (page.replace("/", "_")[:-5] + ".png")), full_page=True
-            )
-    assert not problems, f"{page}:\n" + "\n".join(problems)
+    seen = visits.of(page)
+    assert seen["title"], f"{page} has no title"
+    assert not seen["problems"], f"{page}:\n" + "\n".join(seen["problems"])
 
 
 def test_math_renders_offline(site, chromium):
@@ -323,46 +314,30 @@ def live_figure_pages():
 
 
 @pytest.mark.parametrize("page", live_figure_pages() or ["(no live figure built)"])
-def test_every_chapter_live_figure_redraws(site, chromium, page):
+def test_every_chapter_live_figure_redraws(visits, page):
     """On each chapter with live figures, the default drawing shows.
 
-    Then a slider moves, and Python redraws the figure.
+    Then sliders move (each redraw at its slider's position: site_visits.measure),
+    and a last jump of each figure's first slider to the other end of its range
+    redraws it with the book's Python.
     """
     if page == "(no live figure built)":
         pytest.skip("no chapter with a live figure in the built site yet")
-    with browser.open_page(chromium, f"{site}/{page}") as (tab, problems):
-        figures = tab.locator(".livefig[data-module]")
-        for i in range(figures.count()):
-            fig = figures.nth(i)
-            fig.scroll_into_view_if_needed()
-            before = fig.locator(".livefig-figure").inner_html()
-            assert "<svg" in before or "<table" in before, (
-                f"{page}: figure {i} shows no default drawing"
-            )
-            assert fig.locator(".livefig-figure").is_visible()
-            assert not fig.locator(".livefig-jupyter").is_visible(), (
-                f"{page}: figure {i} shows JupyterLab's picture on the site"
-            )
-            width = fig.locator("input[type=range]").first.bounding_box()["width"]
-            assert width >= 200, f"{page}: figure {i}'s sliders are {width} px wide"
-            slider = fig.locator(".livefig-controls input[type=range]").first
-            renders = int(fig.get_attribute("data-renders") or 0)
-            slider.focus()
-            # Move to the other end of the range, so the value surely changes.
-            at_max = slider.evaluate("e => Number(e.value) >= Number(e.max)")
-            slider.press("Home" if at_max else "End")
-            tab.wait_for_function(
-                "([el, n]) => "
-                "Number(el.dataset.renders) > n || el.dataset.state === 'error'",
-                arg=[fig.element_handle(), renders],
-                timeout=90000,
-            )
-            assert fig.get_attribute("data-state") == "live", (
-                f"{page}: figure {i} ended in state {fig.get_attribute('data-state')}: "
-                + fig.locator(".livefig-status").inner_text()
-            )
-            after = fig.locator(".livefig-figure").inner_html()
-            assert after != before, (
-                f"{page}: figure {i} did not change when its slider moved"
-            )
-    assert not problems, f"{page}:\n" + "\n".join(problems)
+    for i, fig in enumerate(visits.of(page)["figures"]):
+        before = fig["before"]
+        assert "<svg" in before or "<table" in before, (
+            f"{page}: figure {i} shows no default drawing"
+        )
+        assert fig["figure_visible"], f"{page}: figure {i}'s drawing is hidden"
+        assert fig["controls_visible"], f"{page}: figure {i}'s sliders are hidden"
+        assert not fig["jupyter_visible"], (
+            f"{page}: figure {i} shows JupyterLab's picture on the site"
+        )
+        width = fig["slider_width"]
+        assert width >= 200, f"{page}: figure {i}'s sliders are {width} px wide"
+        assert fig["state"] == "live", (
+            f"{page}: figure {i} ended in state {fig['state']}: {fig['status']}"
+        )
+        assert fig["changed"], (
+            f"{page}: figure {i} did not change when its slider moved"
+        )

@@ -38,16 +38,15 @@ browser = pytest.importorskip(
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(site, chromium):
     if not (SITE / PAGE).exists():
         pytest.skip(
             f"no built chapter 3 in {SITE}: build the site first with `make book`"
         )
-    with browser.serve_site(SITE) as base, browser.launch_chromium() as chromium:
-        requested = []
-        with browser.open_page(chromium, f"{base}/{PAGE}") as (pg, problems):
-            pg.on("request", lambda request: requested.append(request.url))
-            yield pg, problems, requested
+    requested = []
+    with browser.open_page(chromium, f"{site}/{PAGE}") as (pg, problems):
+        pg.on("request", lambda request: requested.append(request.url))
+        yield pg, problems, requested
 
 
 def pyodide_requests(pg):

@@ -124,9 +124,29 @@ def jupyter_lab(root_dir):
         log.close()
 
 
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium):
+    """One JupyterLab on copies of every chapter, and Chromium: ``(url, chromium)``.
+
+    Starting JupyterLab takes seconds; the tests share one, each in a browser
+    context and a workspace of its own (``?reset``), shutting its kernel down.
+    """
+    root = tmp_path_factory.mktemp("lab")
+    for notebook in CHAPTERS:
+        shutil.copy(notebook, root / notebook.name)
+    with jupyter_lab(root) as url:
+        yield url, chromium
+
+
+def shut_kernel_down(page):
+    page.evaluate(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()"
+    )
+
+
 def open_notebook(page, url, name):
-    """Open ``name`` in JupyterLab; wait until its kernel is up."""
-    page.goto(f"{url}/lab/tree/{name}")
+    """Open ``name`` in JupyterLab, alone (a fresh workspace); wait for its kernel."""
+    page.goto(f"{url}/lab/tree/{name}?reset")
     page.wait_for_function(
         "() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
         "&& window.jupyterapp.shell.currentWidget.context "
@@ -178,12 +198,11 @@ LOOK_JS = """() => {
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
-def test_chapter_shows_the_book_before_any_cell_runs(tmp_path, notebook):
-    browser.require_chromium()
-    shutil.copy(notebook, tmp_path / notebook.name)
-    with jupyter_lab(tmp_path) as url, browser.launch_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
+def test_chapter_shows_the_book_before_any_cell_runs(lab, notebook):
+    url, chromium = lab
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
         open_notebook(page, url, notebook.name)
         page.wait_for_function(
             "() => window.jupyterapp.shell.currentWidget.sessionContext"
@@ -194,6 +213,8 @@ def test_chapter_shows_the_book_before_any_cell_runs(tmp_path, notebook):
         look = page.evaluate(LOOK_JS)
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"lab_{notebook.stem}.png"))
+        shut_kernel_down(page)
+    finally:
         context.close()
     name = notebook.name
     assert not look["dirty"], (
@@ -236,12 +257,11 @@ def panel_numbers(page):
         .map(e => Number(e.dataset.value))""")
 
 
-def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
-    browser.require_chromium()
-    shutil.copy(NOTEBOOK, tmp_path / NOTEBOOK.name)
-    with jupyter_lab(tmp_path) as url, browser.launch_chromium() as chromium:
-        context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-        page = context.new_page()
+def test_slider_redraws_the_figure_in_jupyterlab(lab):
+    url, chromium = lab
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    try:
         open_notebook(page, url, NOTEBOOK.name)
         page.evaluate("""async () => {
             const panel = window.jupyterapp.shell.currentWidget;
@@ -293,4 +313,6 @@ def test_slider_redraws_the_figure_in_jupyterlab(tmp_path):
         assert not cut, f"slider labels cut: {cut}"
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "lab_03_after_run.png"))
+        shut_kernel_down(page)
+    finally:
         context.close()

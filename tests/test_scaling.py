@@ -21,6 +21,7 @@ from mylib.figures.scaling import (
 )
 from mylib.local_sgd import LocalSGD, bytes_per_step
 from mylib.models.buckets import MB, assign_buckets
+from mylib.models.cluster import Cluster, dgx_h100, one_nic_nodes
 from mylib.models.costmodel import ring_all_reduce_time
 from mylib.models.scaling import (
     H100_NVLINK_BOTH_WAYS,
@@ -241,8 +242,10 @@ def test_scaling_figure_draws_the_model_numbers():
     summary = re.search(r'data-metric="summary"[^>]*>([^<]*)<', svg).group(1)
     assert f"efficiency {row['efficiency']:.0%}" in summary
     layers = transformer_like_layers(14e9, 1024 * 0.05)
-    bound = comm_bound_ranks(layers, 5e-6, 50e9, 25 * MB, max_ranks=1024)
+    dgx = Cluster("dgx", 1, 8, 360e9, 8, 50e9, 5e-6, 5e-6)
+    bound = comm_bound_ranks(layers, None, None, 25 * MB, max_ranks=1024, cluster=dgx)
     assert f"Communication-bound from {bound} ranks" in svg
+    assert "8 nodes of 8 GPUs, bus bandwidth β = 400 GB/s" in svg
     assert scaling_figure(ranks=8) != svg
     with pytest.raises(ValueError):
         scaling_figure(ranks=0)
@@ -272,12 +275,14 @@ def test_scaling_figure_remembers_only_what_a_move_leaves_unchanged():
     scaling_figure(ranks=2)
     assert fs._model.cache_info().hits == hits + 1
     layers, forward_s = fs._layers(16, 50.0, 14.0)
-    link = (5e-6, 50e9, 25 * MB)
+    cluster, cap = link = fs._link(8, 8, 50, 360, 5.0, 25)
     one, many = (
-        scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s).step_s
+        scaled_step(
+            layers, n, None, None, cap, mode=WEAK, forward_s=forward_s, cluster=cluster
+        ).step_s
         for n in (1, 64)
     )
-    assert fs.weak_efficiency(16, 64, 50.0, 14.0, list(link)) == one / many
+    assert fs.weak_efficiency(16, 64, 50.0, 14.0, link) == one / many
 
 
 def test_scaling_figure_runs_in_the_browser():
@@ -297,12 +302,39 @@ def test_scaling_figure_runs_in_the_browser():
     } <= set(modules)
 
 
-def test_bandwidth_slider_offers_nvlink_each_way_not_the_both_ways_total():
-    slider = next(s for s in SCALING_SLIDERS if s["name"] == "bandwidth_gb_s")
-    values = [value for _, value in slider["options"]]
-    assert H100_NVLINK_EACH_WAY / 1e9 in values and 900 not in values
-    assert "each way" in slider["label"]
-    assert ("450 GB/s", 450) in slider["options"]
+def test_network_sliders_are_each_way_and_default_to_dgx_h100():
+    by = {s["name"]: s for s in SCALING_SLIDERS}
+    nvlink = [value for _, value in by["nvlink_gb_s"]["options"]]
+    assert dgx_h100().nvlink_bw / 1e9 in nvlink and 900 not in nvlink
+    assert "each way" in by["nvlink_gb_s"]["label"]
+    assert "each way" in by["nic_gb_s"]["label"]
+    default = {name: spec["default"] for name, spec in by.items()}
+    assert default["nvlink_gb_s"] * 1e9 == dgx_h100().nvlink_bw
+    assert default["nic_gb_s"] * 1e9 == dgx_h100().nic_bw
+    assert default["gpus_per_node"] == default["nics_per_node"] == 8
+
+
+def test_nodes_of_one_gpu_are_the_flat_link():
+    """One GPU and one NIC per node: the figure's rows are chapter 1's flat ring."""
+    rows = scaling_rows(gpus_per_node=1, nics_per_node=1, nic_gb_s=50)
+    layers = transformer_like_layers(14e9, 1024 * 0.05)
+    flat = scaling_table(
+        layers, [r["ranks"] for r in rows], 5e-6, 50e9, 25 * MB, forward_s=25.6
+    )
+    for got, want in zip(rows, flat):
+        assert got["step_s"] == pytest.approx(want["step_s"], rel=1e-12)
+        assert got["comm_s"] == pytest.approx(want["comm_s"], rel=1e-12)
+
+
+def test_scaled_step_takes_a_flat_link_or_a_cluster():
+    layers = transformer_like_layers(14e9, 0.8 * 64)
+    dgx = scaled_step(layers, 64, None, None, 25 * MB, cluster=dgx_h100())
+    one_nic = scaled_step(layers, 64, None, None, 25 * MB, cluster=one_nic_nodes())
+    assert dgx.comm_s < one_nic.comm_s
+    with pytest.raises(ValueError, match="not both"):
+        scaled_step(layers, 64, 5e-6, 50e9, cluster=dgx_h100())
+    with pytest.raises(ValueError, match="or cluster="):
+        scaled_step(layers, 64, None, None)
 
 
 def test_parallelism_picture():

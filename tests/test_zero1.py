@@ -13,6 +13,7 @@ from mylib import run_ranks
 from mylib.experiments.common import max_param_diff
 from mylib.experiments.zero_check import (
     CHECK,
+    CHECK_TOL,
     lm_loss,
     param_groups,
     tiny_lm,
@@ -23,7 +24,7 @@ from mylib.experiments.zero_check import (
 )
 from mylib.zero1 import FlatParams, ShardedOptimizer
 
-TOL = 1e-6  # float32, 10 steps of AdamW
+TOL = CHECK_TOL  # float32, 10 steps of AdamW
 
 
 @pytest.mark.parametrize("world", [2, 4])

@@ -11,6 +11,7 @@ from mylib import run_ranks
 from mylib.experiments.common import max_param_diff
 from mylib.experiments.zero_check import (
     CHECK,
+    CHECK_TOL,
     lm_loss,
     param_groups,
     tiny_lm,
@@ -19,7 +20,7 @@ from mylib.experiments.zero_check import (
 )
 from mylib.zero2 import ShardedGradOptimizer
 
-TOL = 1e-6  # float32, 10 steps of AdamW
+TOL = CHECK_TOL  # float32, 10 steps of AdamW
 
 
 def _train(config, caps_mb, micro_steps):

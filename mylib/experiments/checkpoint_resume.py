@@ -6,21 +6,25 @@ tests call it too, under ``torchrun`` or, for the ablations, through
 ``mylib.run_ranks``. It trains a small seeded MLP with dropout, data parallel
 with :class:`mylib.MyDDP`, on ``ResumableSampler`` global batches, saves a
 checkpoint every ``every`` steps, and resumes from the newest one it finds.
+:class:`Fault` makes it fail on purpose: a process that exits, a machine
+that leaves, freezes, or is busy outside any collective.
 
-Every rank appends what happened to ``out/events-rank{r}.jsonl`` (one JSON
-object a line, wall-clock time ``t``): ``start`` (the process began, before
-torch was imported, if the script passes ``t_start``), ``group`` (the process
-group is up), ``resumed``, one ``step`` per step (its loss on the global
-batch and this rank's sample indices), ``saved`` (seconds, and bytes on rank
-0), ``crash`` and ``done``. The chapter
-reads its timings and its lost steps from these lines.
+Every process appends what happened to ``out/events-rank{r}.jsonl`` (or
+``events-{machine}.jsonl`` with one agent per machine): one JSON object a
+line, wall-clock time ``t``: ``start`` (the process began, before torch was
+imported, if the script passes ``t_start``), ``group`` (the process group is
+up: which round, what size), ``resumed``, one ``step`` per step (its loss on
+the global batch and this rank's sample indices), ``saved`` (seconds, and
+bytes on rank 0), ``error`` (a collective failed: its message), the
+:class:`Fault` that struck (``exit``, ``leave``, ``freeze``, ``busy``) and
+``done``. The chapter reads its timings and its lost steps from these lines.
 """
 
 import collections
 import contextlib
 import json
 import os
-import signal
+import re
 import time
 
 import torch
@@ -31,9 +35,11 @@ from mylib.checkpoint import (
     ResumableSampler,
     latest_checkpoint,
     load_checkpoint,
+    round_store,
     save_checkpoint,
 )
 from mylib.ddp import MyDDP
+from mylib.experiments.faults import Fault, StopTraining
 
 DATASET, FEATURES, GLOBAL_BATCH, PARTS = 48, 8, 8, 2
 
@@ -57,8 +63,9 @@ def make_model(dropout):
 def log(out, event, **fields):
     """Append one event line to this rank's log in ``out``."""
     rank = dist.get_rank() if dist.is_initialized() else 0
+    who = os.environ.get("ELASTIC_NODE") or f"rank{rank}"  # a machine, or a rank
     line = json.dumps({"event": event, "t": time.time(), **fields})
-    with open(os.path.join(out, f"events-rank{rank}.jsonl"), "a") as f:
+    with open(os.path.join(out, f"events-{who}.jsonl"), "a") as f:
         f.write(line + "\n")
 
 
@@ -68,34 +75,22 @@ def train(
     steps=20,
     every=5,
     dropout=0.2,
-    crash_at=None,
-    crash_rank=1,
-    crash="exit",
     restore=("data", "rng"),
+    faults=(),
     t_start=None,
 ):
-    """Train ``steps`` steps, resuming from ``out/ckpt`` if a checkpoint is there.
+    """Train ``steps`` steps, resuming from the newest checkpoint in ``out/ckpt``.
 
-    ``crash_at``: at the end of that step (before its checkpoint), rank
-    ``crash_rank`` of the first attempt dies. ``crash="exit"`` is
-    ``os._exit(1)`` (a crashed process); ``"kill-agent"`` also SIGKILLs its
-    parent, the torchrun agent (a lost machine); ``"stop"`` makes every rank
-    return instead (a crash simulated in one process, for ``run_ranks``).
+    Every rank runs it; every restarted process runs it again from the top.
+    ``faults`` (:class:`Fault`) strike after the step they name, once.
     ``restore``: which optional pieces a resume loads (see
     :func:`mylib.checkpoint.load_checkpoint`). The global batch stays
     ``GLOBAL_BATCH`` at any world size: a rank accumulates ``PARTS //
     world_size`` micro-batches. Rank 0 writes the final model and optimizer
     state to ``out/final.pt``. Returns the step it resumed from.
     """
-    os.makedirs(out, exist_ok=True)
     rank, world = dist.get_rank(), dist.get_world_size()
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if t_start is not None:
-        log(out, "start", t=t_start, attempt=attempt, world_size=world)
-    log(out, "group", attempt=attempt, world_size=world)
-    if PARTS % world:
-        raise ValueError(f"world size {world} must divide {PARTS}")
-    accumulation = PARTS // world
+    log_group(out, t_start)
     x, y = dataset()
     model = MyDDP(make_model(dropout))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -104,62 +99,127 @@ def train(
     start, path = 0, latest_checkpoint(ckpt_dir)
     if path is not None:
         start = load_checkpoint(path, model, opt, sampler, restore=restore)
-    log(out, "resumed", step=start, attempt=attempt, world_size=world)
+    log(out, "resumed", step=start, world_size=world)
     for step in range(start + 1, steps + 1):
-        batch = sampler.next_batch()
-        mine = ResumableSampler.share(batch, rank, world, accumulation)
+        mine = ResumableSampler.share(sampler.next_batch(), rank, world, PARTS // world)
+        loss = train_step(model, opt, x, y, mine, out)
+        log(out, "step", step=step, loss=loss, samples=torch.cat(mine).tolist())
+        for fault in faults:
+            fault.strike(out, step, log)
+        if step % every == 0:
+            timed_save(out, ckpt_dir, step, model, opt, sampler)
+    if rank == 0:
+        state = {"model": model.module.state_dict(), "optimizer": opt.state_dict()}
+        torch.save(state, os.path.join(out, "final.pt"))
+    log(out, "done", step=steps)
+    return start
+
+
+def train_step(model, opt, x, y, micro_batches, out):
+    """One step on this rank's micro-batches; the loss on the whole global batch.
+
+    A collective that fails (a peer died or went silent) is logged with the
+    first line of its error, then raised: the process exits and its agent
+    acts.
+    """
+    try:
         total = torch.zeros(())
-        for i, idx in enumerate(mine):
-            last = i == len(mine) - 1
-            ctx = contextlib.nullcontext() if last else model.no_sync()
-            with ctx:
+        for i, idx in enumerate(micro_batches):
+            last = i == len(micro_batches) - 1
+            with contextlib.nullcontext() if last else model.no_sync():
                 loss = nn.functional.mse_loss(model(x[idx]), y[idx])
-                (loss / accumulation).backward()
+                (loss / len(micro_batches)).backward()
             total += loss.detach() / PARTS
         model.finish_gradient_sync()
         opt.step()
         opt.zero_grad()
         dist.all_reduce(total)  # the loss on the whole global batch
-        log(
-            out,
-            "step",
-            step=step,
-            loss=total.item(),
-            samples=torch.cat(mine).tolist(),
-            attempt=attempt,
-        )
-        if step == crash_at and attempt == 0 and path is None:
-            if crash == "stop":
-                return start
-            if rank == crash_rank:
-                log(out, "crash", step=step, attempt=attempt)
-                if crash == "kill-agent":
-                    os.kill(os.getppid(), signal.SIGKILL)
-                os._exit(1)
-        if step % every == 0:
-            t0 = time.perf_counter()
-            saved = save_checkpoint(ckpt_dir, step, model, opt, sampler)
-            seconds = time.perf_counter() - t0
-            size = os.path.getsize(saved) if rank == 0 else 0
-            log(out, "saved", step=step, seconds=seconds, bytes=size)
-    if rank == 0:
-        torch.save(
-            {"model": model.module.state_dict(), "optimizer": opt.state_dict()},
-            os.path.join(out, "final.pt"),
-        )
-    log(out, "done", step=steps, attempt=attempt)
-    return start
+    except RuntimeError as error:  # gloo's errors are RuntimeErrors
+        log(out, "error", message=error_text(error))
+        raise
+    return total.item()
+
+
+def error_text(error):
+    """A collective's error without gloo's source locations, on one line."""
+    text = str(error).split("\nAt:")[0]  # drop the Python frames gloo appends
+    text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\] ", "", text)
+    return " ".join(text.split())[:400]
+
+
+def timed_save(out, ckpt_dir, step, model, opt, sampler):
+    """:func:`mylib.checkpoint.save_checkpoint`, logged with its seconds and bytes."""
+    t0 = time.perf_counter()
+    saved = save_checkpoint(ckpt_dir, step, model, opt, sampler)
+    seconds = time.perf_counter() - t0
+    size = os.path.getsize(saved) if dist.get_rank() == 0 else 0
+    log(out, "saved", step=step, seconds=seconds, bytes=size)
+
+
+def log_group(out, t_start=None):
+    """Log that this process joined a group: when, in which round, at what size.
+
+    ``start`` (the process began, before torch was imported, if the script
+    passes ``t_start``) and ``group``: the agent's restart count, the world
+    size, the round's ``MASTER_PORT``, this rank's machine
+    (``ELASTIC_NODE``), and whether the round's store was fresh (held no key
+    an earlier round wrote, :func:`store_was_fresh`).
+    """
+    os.makedirs(out, exist_ok=True)
+    if PARTS % dist.get_world_size():
+        raise ValueError(f"world size {dist.get_world_size()} must divide {PARTS}")
+    env = os.environ.get
+    who = dict(attempt=int(env("TORCHELASTIC_RESTART_COUNT", "0")), pid=os.getpid())
+    who.update(node=env("ELASTIC_NODE", ""), world_size=dist.get_world_size())
+    if t_start is not None:
+        log(out, "start", t=t_start, **who)
+    fresh = store_was_fresh() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    log(out, "group", master_port=int(env("MASTER_PORT", "0")), fresh=fresh, **who)
+
+
+ROUND_KEY = "chapter9/joined"
+
+
+def store_was_fresh(timeout_s=60.0):
+    """True when this round's store held no key an earlier round wrote.
+
+    Every rank looks for ``ROUND_KEY`` before any rank of this round writes
+    it (a barrier between), so the key can only come from an earlier group.
+    """
+    store = round_store(timeout_s, host=False)
+    fresh = not store.check([ROUND_KEY])
+    dist.barrier()
+    store.set(ROUND_KEY, str(os.getpid()))
+    return fresh
 
 
 def read_events(out):
-    """Every rank's events from ``out``: ``{rank: [event dicts in order]}``."""
+    """Every process's events from ``out``: ``{rank or machine: [event dicts]}``.
+
+    Keys are ranks (ints) for one agent's workers, machine names (``"A"``)
+    for runs with one agent per machine, whose ranks change between rounds.
+    """
     found = {}
     for name in sorted(os.listdir(out)):
-        if name.startswith("events-rank") and name.endswith(".jsonl"):
-            rank = int(name[len("events-rank") : -len(".jsonl")])
+        if name.startswith("events-") and name.endswith(".jsonl"):
+            who = name[len("events-") : -len(".jsonl")]
+            key = int(who[4:]) if who.startswith("rank") else who
             with open(os.path.join(out, name)) as f:
-                found[rank] = [json.loads(line) for line in f if line.strip()]
+                found[key] = [json.loads(line) for line in f if line.strip()]
     return found
+
+
+def rounds(events):
+    """One process's events cut into rounds, each from its ``start`` (or ``group``)."""
+    cut = []
+    for i, e in enumerate(events):
+        opens = e["event"] == "start" or (
+            e["event"] == "group" and (i == 0 or events[i - 1]["event"] != "start")
+        )
+        if opens or not cut:
+            cut.append([])
+        cut[-1].append(e)
+    return cut
 
 
 def effective_steps(events):
@@ -199,32 +259,38 @@ def crash_then_resume(out, restore, crash_at=13, **kwargs):
     :func:`train` builds everything anew and reseeds as a new process would,
     and loads only the pieces named in ``restore`` from the newest checkpoint.
     """
-    train(out, crash_at=crash_at, crash="stop", **kwargs)
+    try:
+        train(out, faults=[Fault(crash_at, "stop")], **kwargs)
+    except StopTraining:
+        pass
     return train(out, restore=restore, **kwargs)
 
 
-def restart_timings(events):
-    """From one rank's events: the crash, and how long each part of the restart took.
+FAILURES = ("exit", "leave", "freeze")
 
-    ``detect_restart_s``: from the crash to the restarted process starting
-    (torchrun noticing the failure, stopping the group, starting it again);
+
+def restart_timings(events):
+    """From one process's events: the failure, and how long the restart took.
+
+    ``detect_restart_s``: from the failure to the restarted process starting
+    (torchrun noticing it, stopping the group, starting it again);
     ``startup_s``: from then to the process group being up (importing torch,
     rendezvous); ``resume_s``: to the checkpoint loaded;
-    ``lost_steps``: steps computed before the crash and done again.
+    ``lost_steps``: steps computed before the failure and done again.
     """
-    crash = next(e for e in events if e["event"] == "crash")
-    after = [e for e in events if e["t"] > crash["t"]]
+    failure = next(e for e in events if e["event"] in FAILURES)
+    after = [e for e in events if e["t"] > failure["t"]]
     start = next(e for e in after if e["event"] in ("start", "group"))
     group = next(e for e in after if e["event"] == "group")
     resumed = next(e for e in after if e["event"] == "resumed")
     return {
-        "crash_step": crash["step"],
+        "crash_step": failure["step"],
         "resumed_step": resumed["step"],
-        "lost_steps": crash["step"] - resumed["step"],
-        "detect_restart_s": start["t"] - crash["t"],
+        "lost_steps": failure["step"] - resumed["step"],
+        "detect_restart_s": start["t"] - failure["t"],
         "startup_s": group["t"] - start["t"],
         "resume_s": resumed["t"] - group["t"],
-        "total_s": resumed["t"] - crash["t"],
+        "total_s": resumed["t"] - failure["t"],
     }
 
 

@@ -153,9 +153,11 @@ def time_async_save(folder, steps_meanwhile=3):
     Saves with ``async_save`` on a process group of its own (its background
     thread runs collectives; sharing the training group's would interleave
     them with the training's), trains ``steps_meanwhile`` steps while the
-    write goes on, then waits. Returns the seconds blocked in ``async_save``
-    (staging: copying the state aside), the seconds of the steps, the extra
-    wait for the write at the end, and a blocking ``dcp.save`` for comparison.
+    write goes on, then waits for it: the next save must not start before
+    (each call runs on an executor of its own, nothing orders two). Returns
+    the seconds of a blocking ``dcp.save``, of the same steps with no save
+    running (the baseline), blocked in ``async_save`` (staging: copying the
+    state aside), of the steps while it wrote, and of the wait at the end.
     """
     model, opt = sharded_model()
     train_steps(model, opt, 1, 1)
@@ -167,6 +169,10 @@ def time_async_save(folder, steps_meanwhile=3):
     blocking_s = time.perf_counter() - t0
     dist.barrier()
     t0 = time.perf_counter()
+    train_steps(model, opt, 2, 1 + steps_meanwhile)
+    baseline_s = time.perf_counter() - t0
+    dist.barrier()
+    t0 = time.perf_counter()
     future = dcp.async_save(
         {"model": model_sd, "optim": optim_sd},
         checkpoint_id=_dcp(folder, "async"),
@@ -174,7 +180,8 @@ def time_async_save(folder, steps_meanwhile=3):
     )
     staged_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    train_steps(model, opt, 2, 1 + steps_meanwhile)
+    last = 1 + steps_meanwhile
+    train_steps(model, opt, last + 1, last + steps_meanwhile)
     steps_s = time.perf_counter() - t1
     t2 = time.perf_counter()
     future.result()
@@ -183,6 +190,7 @@ def time_async_save(folder, steps_meanwhile=3):
     dist.destroy_process_group(ckpt_group)
     return {
         "blocking_save_s": blocking_s,
+        "steps_alone_s": baseline_s,
         "async_blocked_s": staged_s,
         "steps_meanwhile_s": steps_s,
         "final_wait_s": wait_s,

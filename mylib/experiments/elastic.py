@@ -1,26 +1,42 @@
-"""Chapter 9's launches: torchrun agents that restart, re-form and are killed.
+"""Chapter 9's launches: torchrun agents that restart, re-form and fail.
 
-Every run here starts ``torchrun`` as a subprocess in a session of its own,
-on a free port, with a time limit; when the limit passes, or the caller is
-interrupted, the whole session (agent and workers) is killed, so no process
-outlives the call. Each returns the agent's exit code and its log.
+Every agent runs as a subprocess in a session of its own, on a free port,
+with a time limit. :class:`Agents` stands for a cluster on this machine: one
+``torchrun`` agent per "machine", each with its own workers, that the caller
+can start late, freeze (SIGSTOP of the agent and its workers: a machine that
+stops answering, as a hung or cut-off host does) or kill. When the block
+ends, on success, timeout or interrupt, every agent and every worker it
+started is killed, so no process outlives the call. The workers run in
+sessions of their own (torchrun starts them so), and are tracked by pid.
 
 * :func:`run_restart`: one agent, ``--nproc-per-node=2 --max-restarts=1``;
   the script's rank 1 may die, and the agent restarts the group.
-* :func:`run_elastic`: two agents on this machine, ``--nnodes=1:2``, one
-  process each, joined by a c10d rendezvous on 127.0.0.1; the script kills
-  one agent (its "machine") at a chosen step and the other carries on alone.
+* :class:`Agents`: several agents, one worker each, joined by a c10d
+  rendezvous on 127.0.0.1, each round in a store of its own
+  (``mylib.checkpoint.FRESH_STORE_ENV``).
 """
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 
+from mylib.checkpoint import FRESH_STORE_ENV
+from mylib.experiments.checkpoint_resume import read_events
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+
+# Rendezvous settings for a quick re-form (``--rdzv-conf``). The defaults: a
+# machine is dead after keep_alive_max_attempt=3 missed heartbeats sent every
+# keep_alive_interval=5 s; a round waits last_call_timeout=30 s for more
+# machines once the minimum has joined; joining gives up after
+# join_timeout=600 s.
+QUICK_RDZV = {"last_call_timeout": 4, "keep_alive_interval": 1}
+QUICK_RDZV.update(keep_alive_max_attempt=3, join_timeout=60)
 
 
 def free_port():
@@ -35,126 +51,238 @@ def torchrun():
     return str(pathlib.Path(sys.executable).with_name("torchrun"))
 
 
-def _env(extra=None):
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": path,
-        "LOGLEVEL": "INFO",
-        **(extra or {}),
-    }
+class Agents:
+    """torchrun agents on this machine, one per machine of a cluster.
 
+    ``with Agents(script, out, ["--fault", "13:B:exit"], nnodes="2") as c:
+    c.start("A"); c.start("B"); codes = c.wait()``. Each agent runs
+    ``torchrun --nnodes=NNODES --nproc-per-node=NPROC --max-restarts=K
+    --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT script out *args``
+    with ``ELASTIC_NODE`` naming its machine (when it runs one worker); its
+    log goes to ``out/agent-{node}.log``. ``fresh_store`` starts the agents with
+    ``FRESH_STORE_ENV`` (a store per round); ``rdzv_conf`` goes to
+    ``--rdzv-conf``. The rendezvous keeps its state in one TCP store, served
+    by one agent: ``store_host`` names it (``is_host`` in its
+    ``--rdzv-conf``, and ``is_host=false`` in the others'). A machine that
+    must survive the others has to be that one. ``timeout_s`` bounds the
+    whole block.
+    """
 
-def _start(args, log_path, extra_env=None, cwd=None):
-    log = open(log_path, "w")
-    proc = subprocess.Popen(
-        args,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=_env(extra_env),
-        cwd=cwd,
-        start_new_session=True,  # its own process group: killed as one
-    )
-    log.close()
-    return proc
+    def __init__(
+        self,
+        script,
+        out,
+        script_args=(),
+        nnodes="2",
+        nproc=1,
+        max_restarts=1,
+        rdzv_conf=QUICK_RDZV,
+        fresh_store=True,
+        store_host="A",
+        timeout_s=240,
+    ):
+        os.makedirs(out, exist_ok=True)
+        self.script, self.out, self.script_args = str(script), str(out), script_args
+        self.nnodes, self.nproc, self.max_restarts = nnodes, nproc, max_restarts
+        self.rdzv_conf, self.fresh_store = rdzv_conf, fresh_store
+        self.store_host = store_host
+        self.port, self.deadline = free_port(), time.monotonic() + timeout_s
+        self.timeout_s = timeout_s
+        self.agents, self.seen = {}, set()  # node -> Popen; every pid started
 
+    def __enter__(self):
+        return self
 
-def _kill(proc):
-    """SIGKILL the process's whole session (the agent and its workers)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    def __exit__(self, *exc):
+        self.close()
 
+    def start(self, node):
+        """Start the agent of machine ``node`` (its workers follow)."""
+        args = [
+            torchrun(),
+            f"--nnodes={self.nnodes}",
+            f"--nproc-per-node={self.nproc}",
+            f"--max-restarts={self.max_restarts}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{self.port}",
+            "--rdzv-id=chapter9",
+        ]
+        conf = dict(self.rdzv_conf or {})
+        if self.store_host is not None:
+            conf["is_host"] = str(node == self.store_host).lower()
+        if conf:
+            args.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
+        args += [self.script, self.out, *map(str, self.script_args)]
+        path = ROOT, os.environ.get("PYTHONPATH")
+        env = {
+            **os.environ,
+            **(FRESH_STORE_ENV if self.fresh_store else {}),
+            **({"ELASTIC_NODE": node} if self.nproc == 1 else {}),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(str(p) for p in path if p),
+            "LOGLEVEL": "INFO",
+        }
+        with open(self.log_path(node), "w") as log:
+            self.agents[node] = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own session: signalled as one
+            )
+        self.seen.add(self.agents[node].pid)
 
-def _wait_all(procs, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    try:
-        for p in procs:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
+    def log_path(self, node):
+        return os.path.join(self.out, f"agent-{node}.log")
+
+    def logs(self):
+        """``{node: the agent's log}``."""
+        return {n: pathlib.Path(self.log_path(n)).read_text() for n in self.agents}
+
+    def processes(self, node):
+        """Pids of ``node``'s agent and of every process it started, alive now."""
+        pids = [self.agents[node].pid]
+        pids += _descendants(pids[0])
+        self.seen.update(pids)
+        return pids
+
+    def freeze(self, node):
+        """SIGSTOP the agent and workers of ``node``; returns the time (``time.time``).
+
+        The machine stops answering: its sockets stay open, its heartbeats
+        stop, nothing tells its peers.
+        """
+        pids = self.processes(node)
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        return time.time()
+
+    def kill(self, node):
+        """SIGKILL the agent and workers of ``node`` (a stopped one too)."""
+        for pid in self.processes(node):
+            _signal(pid, signal.SIGKILL)
+        self.agents[node].wait()
+
+    def wait_for(self, found, what, poll_s=0.1):
+        """Wait until ``found(read_events(out))`` is true; returns its value.
+
+        Raises ``TimeoutError`` naming ``what`` when the block's time is up.
+        """
+        while time.monotonic() < self.deadline:
+            for node in self.agents:
+                self.processes(node)  # remember the workers while they live
+            value = found(read_events(self.out))
+            if value:
+                return value
+            time.sleep(poll_s)
         raise TimeoutError(
-            f"torchrun did not finish within {timeout_s:g} s; every agent and "
-            "worker was killed. See the logs in the output folder."
-        ) from None
-    finally:
-        for p in procs:  # also on success: workers a dead agent left behind
-            _kill(p)
-    return [p.returncode for p in procs]
+            f"{what} did not happen within {self.timeout_s:g} s; every agent and "
+            f"worker is killed. The logs are in {self.out}."
+        )
+
+    def wait(self, nodes=None):
+        """Wait for the agents of ``nodes`` (default: all) to exit; their codes."""
+        nodes = list(self.agents) if nodes is None else nodes
+
+        def exited(_):
+            for node in self.agents:
+                self.processes(node)
+            return all(self.agents[n].poll() is not None for n in nodes)
+
+        self.wait_for(exited, f"the exit of agents {nodes}")
+        return {n: self.agents[n].returncode for n in nodes}
+
+    def close(self):
+        """Kill every agent and every worker seen, alive or stopped."""
+        for node in self.agents:
+            self.processes(node)
+        for pid in sorted(self.seen):
+            if _is_ours(pid, self.script) or pid in _agent_pids(self.agents):
+                _signal(pid, signal.SIGKILL)
+        for proc in self.agents.values():
+            proc.wait()
 
 
 def run_restart(
     script, out, script_args=(), nproc=2, max_restarts=1, timeout_s=180, log="agent"
 ):
-    """``torchrun --nproc-per-node=2 --max-restarts=1`` on a fresh c10d endpoint.
+    """``torchrun --nproc-per-node=2 --max-restarts=1``: one agent on this machine.
 
-    Runs ``script out *script_args``. Returns ``(exit code, agent log text)``;
-    the log is also in ``out/{log}.log``.
+    Runs ``script out *script_args``; the agent keeps one store for all its
+    rounds (torchrun's default). Returns ``(exit code, agent log text)``; the
+    log is also in ``out/agent-{log}.log``.
     """
-    os.makedirs(out, exist_ok=True)
-    log_path = os.path.join(out, f"{log}.log")
-    args = [
-        torchrun(),
-        f"--nproc-per-node={nproc}",
-        f"--max-restarts={max_restarts}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        str(script),
-        str(out),
-        *map(str, script_args),
-    ]
-    proc = _start(args, log_path)
-    (code,) = _wait_all([proc], timeout_s)
-    return code, pathlib.Path(log_path).read_text()
+    with Agents(
+        script,
+        out,
+        script_args,
+        nnodes="1",
+        nproc=nproc,
+        max_restarts=max_restarts,
+        rdzv_conf=None,
+        fresh_store=False,
+        store_host=None,
+        timeout_s=timeout_s,
+    ) as agents:
+        agents.start(log)
+        code = agents.wait()[log]
+        return code, agents.logs()[log]
 
 
-# Rendezvous settings for a quick re-form (create_handler in torch's
-# torch/distributed/elastic/rendezvous/dynamic_rendezvous.py; defaults: a node
-# is dead after keep_alive_max_attempt=3 missed heartbeats every
-# keep_alive_interval=5 s, and a round waits last_call_timeout=30 s for
-# more nodes once the minimum has joined).
-QUICK_RDZV = {"last_call_timeout": 4, "keep_alive_interval": 1}
-QUICK_RDZV["keep_alive_max_attempt"] = 3
+def agent_log_lines(text, wanted):
+    """The lines of an agent's log that contain one of ``wanted``, shortened.
 
-
-def run_elastic(script, out, script_args=(), rdzv_conf=QUICK_RDZV, timeout_s=240):
-    """Two agents, ``--nnodes=1:2``, one process each; node B's dies mid-run.
-
-    Node A starts first (it hosts the rendezvous store), node B a moment
-    later. The script learns its node from ``ELASTIC_NODE``. ``rdzv_conf``
-    goes to ``--rdzv-conf``: how soon a silent node counts as dead, and how
-    long a new round waits for more nodes once the minimum (one) has joined.
-    Returns ``({"A": code, "B": code}, {"A": log, "B": log})``.
+    The time of day and the source file stay, the path before it goes:
+    ``21:35:09.742 api.py:942] [default] Worker group FAILED. ...``; gloo's
+    C++ source locations in a worker's error go.
     """
-    os.makedirs(out, exist_ok=True)
-    port = free_port()
-    procs, logs = {}, {}
-    try:
-        for node in ("A", "B"):
-            logs[node] = os.path.join(out, f"agent-{node}.log")
-            args = [
-                torchrun(),
-                "--nnodes=1:2",
-                "--nproc-per-node=1",
-                "--max-restarts=1",
-                "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{port}",
-                "--rdzv-id=chapter9",
-                "--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in rdzv_conf.items()),
-                str(script),
-                str(out),
-                *map(str, script_args),
-            ]
-            procs[node] = _start(args, logs[node], {"ELASTIC_NODE": node})
-            if node == "A":
-                time.sleep(1.0)
-        codes = _wait_all(list(procs.values()), timeout_s)
-    finally:
-        for p in procs.values():
-            _kill(p)
-    return (
-        dict(zip(procs, codes)),
-        {n: pathlib.Path(p).read_text() for n, p in logs.items()},
+    head = re.compile(
+        r"^[IWE]\d{4} (\d\d:\d\d:\d\d\.\d{3})\d* \d+ \S*?([^/\s]+\.py:\d+)\] "
     )
+    lines = []
+    for line in text.splitlines():
+        if any(w in line for w in wanted):
+            match = head.match(line)
+            if match:
+                line = f"{match[1]} {match[2]}] {line[match.end() :]}"
+            lines.append(re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ", "", line))
+    return lines
+
+
+def _descendants(pid):
+    """Pids of every living process below ``pid`` (from /proc)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _is_ours(pid, script):
+    """Whether ``pid`` still runs ``script`` (a pid is reused after it exits)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return script.encode() in f.read()
+    except OSError:
+        return False
+
+
+def _agent_pids(agents):
+    return {p.pid for p in agents.values() if p.poll() is None}
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -12,6 +12,12 @@ trained at a fixed global batch, against the number of ranks (1 to 1024):
   at a fixed batch per rank (the global batch grows with n instead);
 * the numbers at the chosen rank count.
 
+The ranks sit on nodes of ``gpus_per_node`` GPUs with NVLink inside and
+``nics_per_node`` NICs out (:class:`mylib.models.cluster.Cluster`): NCCL's
+ring over them runs at the node's NICs together, or NVLink's rate, whichever
+binds (:func:`mylib.models.cluster.ring_alpha_beta`). One GPU and one NIC per
+node is the flat link of chapter 1.
+
 Standard library only (with :mod:`mylib.figures.svg`,
 :mod:`mylib.models.scaling`): the static site runs this very function in the
 reader's browser.
@@ -23,6 +29,7 @@ import math
 from mylib.figures.livefig import choices, settings, steps
 from mylib.figures.svg import PALETTE, Axes, Svg, caption_lines, format_seconds
 from mylib.models.buckets import MB
+from mylib.models.cluster import GB, Cluster, ring_alpha_beta
 from mylib.models.scaling import (
     H100_NVLINK_EACH_WAY,
     NIC_400G_EACH_WAY,
@@ -67,9 +74,33 @@ class _Axes(Axes):
         )
 
 
-def _link(bandwidth_gb_s, alpha_us, bucket_cap_mb):
-    """The slider values in the model's units: ``(alpha_s, bandwidth, cap_bytes)``."""
-    return alpha_us * 1e-6, bandwidth_gb_s * 1e9, bucket_cap_mb * MB
+NETWORK = (
+    "gpus_per_node",
+    "nics_per_node",
+    "nic_gb_s",
+    "nvlink_gb_s",
+    "alpha_us",
+    "bucket_cap_mb",
+)
+
+
+def _link(gpus_per_node, nics_per_node, nic_gb_s, nvlink_gb_s, alpha_us, bucket_cap_mb):
+    """The network sliders in the model's units: ``(cluster, cap_bytes)``.
+
+    The cluster has one node: the rank count decides how many
+    (:meth:`~mylib.models.cluster.Cluster.for_ranks`).
+    """
+    cluster = Cluster(
+        "slider nodes",
+        1,
+        gpus_per_node,
+        nvlink_gb_s * GB,
+        nics_per_node,
+        nic_gb_s * GB,
+        alpha_us * 1e-6,
+        alpha_us * 1e-6,
+    )
+    return cluster, bucket_cap_mb * MB
 
 
 def _layers(global_batch, backward_ms_per_sample, grad_gb):
@@ -94,11 +125,15 @@ def scaling_rows(**values):
     """
     s = settings(SCALING_SLIDERS, values)
     layers, forward_s = _layers(s.global_batch, s.backward_ms_per_sample, s.grad_gb)
+    cluster, cap = _link(*(getattr(s, name) for name in NETWORK))
     rows = scaling_table(
         layers,
         [n for n in RANK_COUNTS if n <= s.global_batch],
-        *_link(s.bandwidth_gb_s, s.alpha_us, s.bucket_cap_mb),
+        None,
+        None,
+        cap,
         forward_s=forward_s,
+        cluster=cluster,
     )
     for row in rows:
         row["batch_per_rank"] = s.global_batch / row["ranks"]
@@ -109,7 +144,7 @@ def weak_efficiency(batch_per_rank, ranks, backward_ms_per_sample, grad_gb, link
     """Efficiency at a fixed batch per rank.
 
     One rank's step time on that batch, divided by the step time on ``ranks``
-    ranks; ``link`` is ``(alpha_s, bandwidth, cap_bytes)``.
+    ranks; ``link`` is ``(cluster, cap_bytes)`` (:func:`_link`).
     """
     curve = _weak_curve(
         batch_per_rank, (ranks,), backward_ms_per_sample, grad_gb, tuple(link)
@@ -121,15 +156,16 @@ def weak_efficiency(batch_per_rank, ranks, backward_ms_per_sample, grad_gb, link
 def _weak_curve(batch_per_rank, ranks_list, backward_ms_per_sample, grad_gb, link):
     """``(ranks, weak efficiency)`` for each of ``ranks_list``: one rank played once."""
     layers, forward_s = _layers(batch_per_rank, backward_ms_per_sample, grad_gb)
-    one = scaled_step(layers, 1, *link, mode=WEAK, forward_s=forward_s).step_s
+    cluster, cap = link
+
+    def step_s(n):
+        return scaled_step(
+            layers, n, None, None, cap, mode=WEAK, forward_s=forward_s, cluster=cluster
+        ).step_s
+
+    one = step_s(1)
     return tuple(
-        (
-            n,
-            1.0  # one rank is its own reference
-            if n == 1
-            else one
-            / scaled_step(layers, n, *link, mode=WEAK, forward_s=forward_s).step_s,
-        )
+        (n, 1.0 if n == 1 else one / step_s(n))  # one rank is its own reference
         for n in ranks_list
     )
 
@@ -138,18 +174,21 @@ def _weak_curve(batch_per_rank, ranks_list, backward_ms_per_sample, grad_gb, lin
 def _model(global_batch, backward_ms_per_sample, grad_gb, *link_values):
     """The rows, the link and the communication-bound rank count, for every ``ranks``.
 
-    ``link_values``: ``bandwidth_gb_s, alpha_us, bucket_cap_mb``. The ``ranks``
-    slider only marks a rank count: moving it replays nothing.
+    ``link_values``: the :data:`NETWORK` sliders. The ``ranks`` slider only
+    marks a rank count: moving it replays nothing.
     """
     rows = scaling_rows(
         global_batch=global_batch,
         backward_ms_per_sample=backward_ms_per_sample,
         grad_gb=grad_gb,
-        **dict(zip(("bandwidth_gb_s", "alpha_us", "bucket_cap_mb"), link_values)),
+        **dict(zip(NETWORK, link_values)),
     )
     layers, _ = _layers(global_batch, backward_ms_per_sample, grad_gb)
-    link = _link(*link_values)
-    return rows, link, comm_bound_ranks(layers, *link, max_ranks=MAX_RANKS)
+    cluster, cap = link = _link(*link_values)
+    bound = comm_bound_ranks(
+        layers, None, None, cap, max_ranks=MAX_RANKS, cluster=cluster
+    )
+    return rows, link, bound
 
 
 def scaling_figure(**values):
@@ -163,19 +202,18 @@ def scaling_figure(**values):
         1 <= s.ranks <= MAX_RANKS
         and s.global_batch >= 1
         and s.grad_gb > 0
-        and s.bandwidth_gb_s > 0
+        and s.nic_gb_s > 0
+        and s.nvlink_gb_s > 0
     ):
         raise ValueError(
             "need 1 <= ranks <= 1024, global_batch >= 1, "
-            "grad_gb > 0 and bandwidth_gb_s > 0"
+            "grad_gb > 0, nic_gb_s > 0 and nvlink_gb_s > 0"
         )
     rows, link, bound = _model(
         s.global_batch,
         s.backward_ms_per_sample,
         s.grad_gb,
-        s.bandwidth_gb_s,
-        s.alpha_us,
-        s.bucket_cap_mb,
+        *(getattr(s, name) for name in NETWORK),
     )
     ranks = min(s.ranks, rows[-1]["ranks"])
     at = next(r for r in rows if r["ranks"] >= ranks)
@@ -267,6 +305,21 @@ def scaling_figure(**values):
     left.marker(at["ranks"], at["step_s"])
     right.marker(at["ranks"], at["efficiency"])
 
+    cluster = link[0]
+    laid = cluster.for_ranks(at["ranks"])
+    beta = ring_alpha_beta(cluster, at["ranks"])[1]
+    gpus = laid.gpus_per_node
+    nodes_text = (
+        f"{laid.nodes} node{'s' if laid.nodes > 1 else ''} "
+        f"of {gpus} GPU{'s' if gpus > 1 else ''}"
+    )
+    if at["ranks"] == 1:
+        binds = "no communication"
+    elif laid.nodes > 1 and laid.node_nic_bw <= beta * (1 + 1e-12):
+        k = laid.nics_per_node
+        binds = "the node's NIC" if k == 1 else f"a node's {k} NICs together"
+    else:
+        binds = "NVLink"
     lines = [
         (
             f"{at['ranks']} ranks, {at['batch_per_rank']:g} samples each: "
@@ -285,9 +338,14 @@ def scaling_figure(**values):
             )
             + (
                 "bandwidth term → 2G/β = "
-                f"{format_seconds(ring_limit_s(s.grad_gb * 1e9, link[1]))}"
+                f"{format_seconds(ring_limit_s(s.grad_gb * 1e9, beta))}"
             ),
             "bound",
+        ),
+        (
+            f"The ring at {at['ranks']} ranks: {nodes_text}, bus bandwidth "
+            f"β = {beta / 1e9:.0f} GB/s ({binds})",
+            "ring",
         ),
         (
             f"Keeping {at['batch_per_rank']:g} samples per rank instead "
@@ -296,7 +354,7 @@ def scaling_figure(**values):
             "weak",
         ),
     ]
-    caption_lines(svg, 20, 354, 18, lines)
+    caption_lines(svg, 20, 346, 17, lines)
     return svg.to_string()
 
 
@@ -472,13 +530,16 @@ SCALING_SLIDERS = [
     choices("global_batch", "global batch", (256, 512, 1024, 2048, 4096), 1024),
     steps("backward_ms_per_sample", "backward per sample", 5.0, 200.0, 5.0, 50.0, "ms"),
     steps("grad_gb", "gradients", 0.5, 40.0, 0.5, 14.0, "GB"),
+    choices("gpus_per_node", "GPUs per node", (1, 2, 4, 8), 8),
+    choices("nics_per_node", "NICs per node", (1, 2, 4, 8), 8),
+    choices("nic_gb_s", "NIC, each way", (12.5, 25, 50, 100), 50, "{:g} GB/s"),
     choices(
-        "bandwidth_gb_s",
-        "bandwidth \u03b2, each way",
-        (10, 25, 50, 100, 200, 450),
-        50,
+        "nvlink_gb_s",
+        "NVLink per GPU, each way",
+        (160, 240, 360, 720),
+        360,
         "{:g} GB/s",
     ),
-    steps("alpha_us", "latency \u03b1", 0.0, 50.0, 1.0, 5.0, "\u00b5s"),
+    steps("alpha_us", "latency \u03b1 per ring step", 0.0, 50.0, 1.0, 5.0, "\u00b5s"),
     choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25, "{:g} MB"),
 ]

@@ -21,11 +21,18 @@ link rates a ring can use (one direction's, not a vendor's two-way total), the
 shapes of a real 7B model, and how far the global batch pays to grow (the
 critical batch size of McCandlish et al.).
 
+The link is either flat (``alpha_s`` and ``bandwidth``: every rank's ring
+traffic on one link of that rate, as on nodes of one GPU) or a
+:class:`mylib.models.cluster.Cluster` (``cluster=``): the ring over ``n``
+ranks laid on its nodes, NVLink inside and NICs out
+(:func:`mylib.models.cluster.ring_alpha_beta`).
+
 Standard library only: it runs in the reader's browser behind the chapter's
 sliders (:mod:`mylib.figures.scaling`).
 """
 
 from mylib.models.buckets import MB, assign_buckets
+from mylib.models.cluster import ring_alpha_beta
 from mylib.models.costmodel import ring_all_reduce_time
 from mylib.models.timeline import Layer, Link, simulate
 
@@ -47,6 +54,27 @@ H100_NVLINK_EACH_WAY = H100_NVLINK_BOTH_WAYS / 2
 #: One 400 Gb/s network adapter per GPU (NVIDIA ConnectX-7, InfiniBand NDR, as in
 #: a DGX H100), in bytes per second each way: the chapter's "50 GB/s" between nodes.
 NIC_400G_EACH_WAY = 400e9 / 8
+
+
+def ring_link(ranks, alpha_s, bandwidth, cluster=None):
+    """``(alpha_s, bandwidth)`` of the ring over ``ranks`` ranks, flat or on a cluster.
+
+    Give ``alpha_s`` and ``bandwidth`` (a flat link), or ``cluster`` with both
+    None.
+    """
+    if cluster is None:
+        if alpha_s is None or bandwidth is None:
+            raise ValueError("give alpha_s and bandwidth, or cluster=")
+        return alpha_s, bandwidth
+    if alpha_s is not None or bandwidth is not None:
+        raise ValueError("give alpha_s and bandwidth, or cluster=, not both")
+    return ring_alpha_beta(cluster, ranks)
+
+
+def fits(cluster, ranks):
+    """Whether ``ranks`` GPUs fill whole nodes of ``cluster`` (or part of one)."""
+    g = cluster.gpus_per_node
+    return ranks < g or ranks % g == 0
 
 
 def compute_factor(ranks, mode=STRONG, cores=None):
@@ -98,6 +126,7 @@ def scaled_step(
     optimizer_s=0.0,
     cores=None,
     first_cap_bytes=None,
+    cluster=None,
 ):
     """The timeline of one step on ``ranks`` ranks.
 
@@ -105,9 +134,11 @@ def scaled_step(
     backward order with their backward time on ONE rank for the reference
     batch (the global batch for ``mode=STRONG``); ``forward_s`` likewise. The
     optimizer step is not divided: every rank updates every parameter
-    (chapter 6 shards it).
+    (chapter 6 shards it). The link: ``alpha_s`` and ``bandwidth``, or
+    ``cluster`` (then both None; see :func:`ring_link`).
     """
     factor = compute_factor(ranks, mode, cores)
+    alpha_s, bandwidth = ring_link(ranks, alpha_s, bandwidth, cluster)
     return simulate(
         per_rank_layers(layers, ranks, mode, cores),
         cap_bytes,
@@ -128,8 +159,8 @@ def scaling_table(layers, ranks_list, alpha_s, bandwidth, cap_bytes=25 * MB, **o
     ``speedup`` and ``efficiency``. Speed-up is in samples per second over one
     rank's: ``T(1) / T(n)`` at a fixed global batch, ``n T(1) / T(n)`` at a
     fixed batch per rank; efficiency is speed-up / n. ``options`` (``mode``,
-    ``forward_s``, ``optimizer_s``, ``cores``, ``first_cap_bytes``) are those of
-    :func:`scaled_step`, which plays out each row.
+    ``forward_s``, ``optimizer_s``, ``cores``, ``first_cap_bytes``,
+    ``cluster``) are those of :func:`scaled_step`, which plays out each row.
     """
     mode = options.get("mode", STRONG)
     forward_s, cores = options.get("forward_s", 0.0), options.get("cores")
@@ -242,14 +273,22 @@ def bucket_bytes(layers, cap_bytes=25 * MB, first_cap_bytes=None):
 
 
 def bucketed_comm_s(
-    layers, ranks, alpha_s, bandwidth, cap_bytes=25 * MB, first_cap_bytes=None
+    layers,
+    ranks,
+    alpha_s,
+    bandwidth,
+    cap_bytes=25 * MB,
+    first_cap_bytes=None,
+    cluster=None,
 ):
     """Seconds the link is busy per step: one ring all-reduce per bucket.
 
     ``K`` buckets of ``G`` bytes in all cost
     ``2(n-1) K alpha + 2(n-1)/n G / beta``: the bandwidth term is the one of
-    a single all-reduce, but every bucket pays the latency again.
+    a single all-reduce, but every bucket pays the latency again. The link as
+    for :func:`scaled_step`.
     """
+    alpha_s, bandwidth = ring_link(ranks, alpha_s, bandwidth, cluster)
     buckets = bucket_bytes(layers, cap_bytes, first_cap_bytes)
     return sum(ring_all_reduce_time(b, ranks, alpha_s, bandwidth) for b in buckets)
 
@@ -263,18 +302,24 @@ def comm_bound_ranks(
     mode=STRONG,
     cores=None,
     max_ranks=1 << 16,
+    cluster=None,
 ):
     """The smallest rank count at which one rank's backward is shorter than its comm.
 
-    ``layers`` as for :func:`scaled_step`. From that rank count on, no
-    bucketing can hide the communication: at least the difference is
-    exposed. Returns None if it does not happen up to ``max_ranks``.
+    ``layers`` and the link as for :func:`scaled_step`; on a ``cluster``, only
+    rank counts that fill whole nodes (or part of one) are tried. From that
+    rank count on, no bucketing can hide the communication: at least the
+    difference is exposed. Returns None if it does not happen up to
+    ``max_ranks``.
     """
     sizes = bucket_bytes(layers, cap_bytes)
     backward_s = sum(layer.backward_s for layer in layers)
     distinct = set(sizes)  # buckets of one size cost the same: one call per size
     for n in range(2, int(max_ranks) + 1):
-        per_size = {b: ring_all_reduce_time(b, n, alpha_s, bandwidth) for b in distinct}
+        if cluster is not None and not fits(cluster, n):
+            continue
+        alpha, beta = ring_link(n, alpha_s, bandwidth, cluster)
+        per_size = {b: ring_all_reduce_time(b, n, alpha, beta) for b in distinct}
         comm_s = sum(per_size[b] for b in sizes)
         if backward_s * compute_factor(n, mode, cores) < comm_s:
             return n

@@ -15,6 +15,7 @@ import argparse  # noqa: E402
 
 from mylib.checkpoint import init_for_restarts  # noqa: E402
 from mylib.experiments.checkpoint_resume import train  # noqa: E402
+from mylib.experiments.faults import Fault  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out")
@@ -24,7 +25,7 @@ args = parser.parse_args()
 init_for_restarts(timeout_s=60)
 train(
     args.out,
-    crash_at=args.crash_at,
+    faults=[Fault(args.crash_at, "exit", rank=1)] if args.crash_at else [],
     restore=tuple(filter(None, args.restore.split(","))),
     t_start=t_start,
 )

@@ -9,8 +9,10 @@ cannot drift apart:
   (``assign_buckets`` over the ready order, ``first_iteration_buckets``),
   which ``tests/test_ddp_like_torch.py`` compares with PyTorch's DDP;
 * exercise 16's link schedule with ``mylib.emulated_link.EmulatedLink.book``;
-* exercise 21's Daly interval tends to Young's as C / M -> 0, and Young's
-  interval minimises the lost time the exercise defines.
+* exercise 21's intervals and lost time with ``mylib.models.checkpoint_interval``
+  (the day's wall clock lost, w / (1 + w) for w lost per second of work);
+  Daly's interval tends to Young's as C / M -> 0, and Young's interval
+  minimises the lost time the exercise defines.
 """
 
 import importlib.util
@@ -113,8 +115,13 @@ def test_link_schedule_reference_is_the_emulated_links_booking(
 @settings(max_examples=200, deadline=None)
 @given(st.floats(1.0, 3600.0), st.floats(3600.0, 10**8), st.floats(0, 900))
 def test_young_minimises_the_lost_time_and_daly_tends_to_it(c, m, r):
+    from mylib.models import checkpoint_interval as book
+
     young = INTERVAL.ref_young(c, m)
     best = INTERVAL.ref_lost(young, c, m, r)
+    assert math.isclose(young, book.young_interval(c, m), rel_tol=1e-12)
+    assert math.isclose(INTERVAL.ref_daly(c, m), book.daly_interval(c, m), rel_tol=1e-9)
+    assert math.isclose(best, book.lost_per_day(young, c, m, r), rel_tol=1e-12)
     for factor in (0.9, 0.99, 1.01, 1.1):
         assert INTERVAL.ref_lost(young * factor, c, m, r) >= best
     daly = INTERVAL.ref_daly(c, m)

@@ -24,7 +24,8 @@ def ref_daly(c, m):
 
 
 def ref_lost(t, c, m, r=0.0):
-    return min(DAY_S, (c / t + (t / 2 + r) / m) * DAY_S)
+    w = c / t + (t / 2 + r) / m  # seconds lost per second of work
+    return DAY_S * w / (1 + w)
 
 
 def call(sol, name, *args, **kwargs):
@@ -44,7 +45,7 @@ def examples(sol):
     shown, got = call(sol, "cluster_mtbf", 5 * 365 * 86400, 1000)
     expect_close(got, 157680.0, input=shown)
     shown, got = call(sol, "lost_seconds_per_day", 3600, 60, 86400, restart_s=300)
-    expect_close(got, 3540.0, input=shown)
+    expect_close(got, 86400 * 59 / 1499, input=shown)  # w = 59/1440
 
 
 @check("Daly's interval: near Young's for a cheap checkpoint, M from C = 2M on")
@@ -88,12 +89,23 @@ def optimum(sol):
             expect_close(near, ref_lost(t * factor, c, m, r), input=shown)
 
 
-@check("a day cannot lose more than a day")
-def capped(sol):
+@check("the lost time is a share of the wall clock, not of the work")
+def share_of_the_day(sol):
+    # 600 s to save every second of work: w = 600, the day loses 600/601 of itself
     shown, got = call(sol, "lost_seconds_per_day", 1, 600, 3600)
-    expect_close(got, DAY_S, input=shown)
-    shown, got = call(sol, "lost_seconds_per_day", 10**7, 60, 3600)
-    expect_close(got, DAY_S, input=shown)
+    expect_close(got, ref_lost(1, 600, 3600), input=shown)
+    if got >= DAY_S:
+        fail("a day cannot lose more than itself", input=shown, got=got)
+    # w = 0.5 (half a second lost per second of work): a third of the day
+    shown, got = call(sol, "lost_seconds_per_day", 240, 120, 1e15)
+    if abs(got - DAY_S / 3) > 1e-6 * DAY_S:
+        fail(
+            "with 0.5 s lost per second of work, 1.5 s of wall clock give 1 s of "
+            "work: a third of the day is lost, not half",
+            input=shown,
+            expected=DAY_S / 3,
+            got=got,
+        )
 
 
 @check("a grid of costs, failure rates, cluster sizes and intervals")

@@ -39,11 +39,12 @@ def cluster_mtbf(node_mtbf_s, nodes):
 
 
 def lost_seconds_per_day(interval_s, checkpoint_s, mtbf_s, restart_s=0.0):
-    """Seconds a day loses to writing checkpoints, rework and restarts (first order)."""
+    """Seconds of a day's wall clock lost to checkpoints, rework and restarts."""
     _positive("interval_s", interval_s)
     _positive("checkpoint_s", checkpoint_s)
     _positive("mtbf_s", mtbf_s)
     if restart_s < 0:
         raise ValueError(f"restart_s must be >= 0 seconds, got {restart_s!r}")
-    fraction = checkpoint_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s
-    return min(DAY_S, fraction * DAY_S)
+    # w: seconds lost per second of work; a second of work takes 1 + w
+    w = checkpoint_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s
+    return DAY_S * w / (1 + w)

@@ -21,5 +21,5 @@ def cluster_mtbf(node_mtbf_s, nodes):
 
 
 def lost_seconds_per_day(interval_s, checkpoint_s, mtbf_s, restart_s=0.0):
-    """Seconds a day loses to writing checkpoints, rework and restarts (first order)."""
+    """Seconds of a day's wall clock lost to checkpoints, rework and restarts."""
     raise NotImplementedError("write lost_seconds_per_day")

@@ -1,0 +1,33 @@
+"""nbval's runs of the chapters: which cells a run executes.
+
+``make test-notebooks`` runs every cell and compares every output that is not
+tagged ``nbval-ignore-output``. ``make test-portable`` runs the notebooks again
+under other CPU kernels, to show that no compared output depends on them; there
+a cell whose output is not compared (a timing, a figure of measured times) is
+skipped, unless a compared cell needs what it computes (tag
+``nbval-portable``), since it can show nothing about the stored outputs.
+"""
+
+import os
+
+COMPARED_ONLY = os.environ.get("NBVAL_COMPARED_ONLY") == "1"
+
+
+def _tags(item):
+    cell = getattr(item, "cell", None)
+    return set((cell or {}).get("metadata", {}).get("tags", [])) if cell else set()
+
+
+def pytest_collection_modifyitems(config, items):
+    if not COMPARED_ONLY:
+        return
+    keep, skipped = [], []
+    for item in items:
+        tags = _tags(item)
+        if "nbval-ignore-output" in tags and "nbval-portable" not in tags:
+            skipped.append(item)
+        else:
+            keep.append(item)
+    if skipped:
+        config.hook.pytest_deselected(items=skipped)
+        items[:] = keep
