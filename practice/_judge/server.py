@@ -405,6 +405,7 @@ def listen(server, path, idle_s, owner=None):
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == bound:
                 os.unlink(path)
+                os.unlink(path + ".lock")  # the clients' lock for starting it
         server.close()
         kill_descendants()
 
