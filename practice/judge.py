@@ -10,14 +10,17 @@
     python practice/judge.py watch [3.1]  re-grade each time you save the file
     python practice/judge.py reset 3.1    start again from the starter (yours is
                                           backed up)
+    python practice/judge.py stop         stop the grading service now (it stops
+                                          by itself after two idle minutes)
     python practice/judge.py help         this text
 
 Maintainers: ``--solutions`` grades the reference solutions and ``--starters``
 the untouched starters instead of your files; ``--file PATH`` grades any file.
 
-Your code runs in a separate process with time limits; the checks run here
-and compare what it returns. Exit status: 0 when everything graded passes,
-1 when not, 2 for a command the judge does not understand.
+Your code runs in a separate, confined process with time limits; the checks
+run in the judge's grading service and compare what it returns. Exit status:
+0 when everything graded passes, 1 when not, 2 for a command the judge does
+not understand.
 """
 
 import argparse
@@ -27,7 +30,6 @@ import sys
 
 PRACTICE_DIR = os.path.dirname(os.path.abspath(__file__))
 REPO_DIR = os.path.dirname(PRACTICE_DIR)
-sys.path.insert(0, PRACTICE_DIR)
 NEEDED = ("rich", "torch", "cloudpickle")
 
 
@@ -60,13 +62,21 @@ def _environment():
     )
 
 
+def _boot():
+    """Import the judge from its sources only, with practice/ off sys.path (boot.py)."""
+    boot = os.path.join(PRACTICE_DIR, "_judge", "boot.py")
+    with open(boot, "rb") as f:
+        exec(compile(f.read(), boot, "exec"), {"__file__": boot, "__name__": "_boot"})
+
+
 if __name__ == "__main__":
+    _boot()
     _environment()
 
 from _judge import catalog, report, state  # noqa: E402
-from _judge.sandbox import Server, grade_file, preload_for  # noqa: E402
+from _judge.service import Service, ServiceError, stop_all  # noqa: E402
 
-COMMANDS = ("list", "hint", "show", "all", "watch", "reset", "help")
+COMMANDS = ("list", "hint", "show", "all", "watch", "reset", "stop", "help")
 
 
 class UsageError(Exception):
@@ -181,18 +191,10 @@ class _Output:
 
 
 def main(argv=None):
-    from _judge import server
+    """The command line: the grading service grades, this prints and remembers.
 
-    # Anything the reader's code detaches comes back to this process if the fork
-    # server is gone; it is killed on the way out.
-    server.become_subreaper()
-    try:
-        return _main(argv)
-    finally:
-        server.kill_descendants()
-
-
-def _main(argv=None):
+    No code of the reader's runs in this process or below it (``service.py``).
+    """
     sys.stdout = _Output(sys.stdout)
     console = report.make_console()
     try:
@@ -208,6 +210,9 @@ def _main(argv=None):
     except (UsageError, catalog.CatalogError) as e:
         console.print(f"judge: {e}", markup=False)
         return 2
+    except ServiceError as e:
+        console.print(f"judge: {e}", markup=False)
+        return 3
     except KeyboardInterrupt:
         console.print("\nstopped.", markup=False)
         return 130
@@ -237,14 +242,26 @@ def run(args, exercises, console):
             console, exercises, _states(exercises, progress), progress.warning
         )
         return 0
+    if args.command == "stop":
+        stopped = stop_all()
+        console.print(
+            f"stopped the grading service (pid {', '.join(map(str, stopped))})"
+            if stopped
+            else "no grading service was running",
+            markup=False,
+        )
+        return 0
+    with Service(exercises) as args.service:
+        return _run_grades(args, exercises, console, progress)
+
+
+def _run_grades(args, exercises, console, progress):
     if args.command == "all":
         return grade_many(args, exercises, console, progress)
     if args.command == "watch":
         from _judge.watch import watch
 
-        # One fork server for every grade: torch is imported once, not per save.
-        with Server(preload_for(exercises)) as args.server:
-            return watch(args, exercises, console, progress, grade_one)
+        return watch(args, exercises, console, progress, grade_one)
     ex = catalog.find(exercises, args.target)
     if args.command == "show":
         with open(ex.path("README.md"), encoding="utf-8") as f:
@@ -296,12 +313,8 @@ def grade_one(args, ex, console, progress, quiet=False):
     The outcome is remembered for the reader's own file only.
     """
     path = target_file(args, ex)
-    result = grade_file(
-        ex,
-        path,
-        time_limit_s=args.timeout,
-        check_timeout_s=args.check_timeout,
-        server=getattr(args, "server", None),
+    result = args.service.grade(
+        ex, path, time_limit_s=args.timeout, check_timeout_s=args.check_timeout
     )
     own_file = not (args.solutions or args.starters or args.file)
     if own_file:
@@ -323,18 +336,14 @@ def grade_many(args, exercises, console, progress):
     """Grade every exercise, ``--jobs`` at a time; print each report, then a summary."""
     chosen = [catalog.find(exercises, args.target)] if args.target else exercises
     paths = {ex.id: target_file(args, ex) for ex in chosen}
-    with (
-        Server(preload_for(chosen)) as server,
-        concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool,
-    ):
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {
             ex.id: pool.submit(
-                grade_file,
+                args.service.grade,
                 ex,
                 paths[ex.id],
                 time_limit_s=args.timeout,
                 check_timeout_s=args.check_timeout,
-                server=server,
             )
             for ex in chosen
         }

@@ -317,3 +317,105 @@ def test_figures_run_in_the_browser():
         and svg.count("never completes") == 2
         and svg.count("wrong pair") == 2
     )
+
+
+# -- the collective ledger ----------------------------------------------------------
+
+
+def _ledger_lines(report):
+    """The per-rank lines of a ledger report, the header dropped."""
+    return report.splitlines()[1:]
+
+
+def test_the_ledger_names_where_two_hung_ranks_parted():
+    """The loss logged inside `if rank == 0`: without the ledger gloo aborts or
+    the ranks hang; with it both ranks stop at the call that does not pair."""
+    e = _fails(pf.logged_on_rank_zero, timeout_s=10)
+    assert "Received data size doesn't match" in str(e) or isinstance(e, RankTimeout)
+    reports = run_ranks(
+        pf.logged_on_rank_zero,
+        2,
+        kwargs=dict(ledger_timeout_s=5),
+        show_output=False,
+    )
+    n = len(list(pf.BranchNet().parameters()))  # one all-reduce per parameter
+    shape = ", ".join(map(str, next(pf.BranchNet().parameters()).shape))
+    for rank, report in enumerate(reports):
+        assert report.splitlines()[0] == (
+            f"collective ledger, rank {rank}: call #{n + 1} differs on rank {1 - rank}"
+        )
+        zero, zero_at, one, one_at = _ledger_lines(report)
+        assert zero == (
+            f"rank 0: last matching #{n}; then #{n + 1} all_reduce float32 [] "
+            f"[stopped at #{n + 1}]"
+        )
+        assert zero_at.startswith("    at pitfalls.py:")
+        assert zero_at.endswith("  dist.all_reduce(total)"), zero_at
+        assert one == (
+            f"rank 1: last matching #{n}; then #{n + 1} all_reduce float32 [{shape}] "
+            f"[stopped at #{n + 1}]"
+        )
+        assert one_at.endswith("  dist.all_reduce(p.grad)"), one_at
+
+
+def _one_more_call(stall_s=0.0):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from mylib.debug import CollectiveHang, CollectiveLedger
+
+    try:
+        with CollectiveLedger(timeout_s=1.0):
+            t = torch.ones(2)
+            dist.all_reduce(t)
+            if dist.get_rank() == 1:
+                time.sleep(stall_s)  # stuck outside any collective
+            if dist.get_rank() == 0 or stall_s:
+                dist.all_reduce(t)
+    except CollectiveHang as e:
+        return e.report
+    return "no hang"
+
+
+def test_the_ledger_names_a_rank_that_left_or_went_quiet():
+    zero, one = run_ranks(_one_more_call, 2, show_output=False)
+    assert one == "no hang"
+    assert zero.splitlines()[0] == "collective ledger, rank 0: rank 1 makes no call #2"
+    assert _ledger_lines(zero)[2] == (
+        "rank 1: last matching #1; then #2 (none) [left after #1]"
+    )
+    zero, one = run_ranks(
+        _one_more_call, 2, kwargs=dict(stall_s=4.0), show_output=False
+    )
+    assert zero.splitlines()[0] == (
+        "collective ledger, rank 0: no call #2 from rank 1 within 1 s"
+    )
+    assert (
+        _ledger_lines(zero)[2] == "rank 1: last matching #1; then #2 (none) [no word]"
+    )
+    # Rank 1 comes back to its call #2 and finds that rank 0 stopped there.
+    assert one.splitlines()[0] == (
+        "collective ledger, rank 1: rank 0 stopped at its call #2"
+    )
+
+
+def test_the_ledger_finds_a_same_shape_swap_by_its_lines():
+    values = run_ranks(
+        pf.mismatched_collectives,
+        2,
+        kwargs=dict(kind="same_shape", ledger={"timeout_s": 5}),
+        show_output=False,
+    )
+    assert all(isinstance(v, dict) for v in values)  # the sizes agree: no report
+    reports = run_ranks(
+        pf.mismatched_collectives,
+        2,
+        kwargs=dict(kind="same_shape", ledger={"timeout_s": 5, "compare_lines": True}),
+        show_output=False,
+    )
+    _, zero, _, one = _ledger_lines(reports[0])
+    assert zero.endswith("dist.all_reduce(grad, group=group)"), zero
+    assert one.endswith("dist.all_reduce(metric, group=group)"), one
+    assert all("[stopped at #1]" in line for line in _ledger_lines(reports[1])[::2])

@@ -13,6 +13,8 @@ trains one process on all ranks' data at once, which is what data
 parallelism must reproduce.
 """
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -232,14 +234,22 @@ def norm_buffers(broadcast_buffers=True, norm="batch", steps=5, shift_per_rank=1
 # -- 4. ranks calling collectives in different orders --------------------------
 
 
-def mismatched_collectives(kind="order", checked=False):
+def mismatched_collectives(kind="order", checked=False, ledger=None):
     """Two collectives that rank 0 calls in one order and the others in the other.
 
     ``kind="order"``: an all-reduce and a broadcast (the ranks wait for
     each other forever); ``kind="same_shape"``: two all-reduces of same-shaped
     tensors, a metric and a gradient (they pair up wrongly and nobody
-    notices). ``checked=True`` runs them on :func:`mylib.debug.checked_group`.
+    notices). ``checked=True`` runs them on :func:`mylib.debug.checked_group`;
+    ``ledger`` (a dict of :class:`mylib.debug.CollectiveLedger` arguments) in
+    a ledger, and returns its report.
     """
+    if ledger is not None:
+        try:
+            with debug.CollectiveLedger(**ledger):
+                return mismatched_collectives(kind, checked)
+        except debug.CollectiveHang as e:
+            return e.report
     rank = dist.get_rank()
     group = debug.checked_group() if checked else None
     metric, grad = torch.tensor([float(rank + 1)]), torch.tensor([10.0 * (rank + 1)])
@@ -260,6 +270,37 @@ def mismatched_collectives(kind="order", checked=False):
         second()
         first()
     return {"metric": metric.item(), "grad": grad.item()}
+
+
+def logged_on_rank_zero(steps=3, ledger_timeout_s=None):
+    """A training loop that logs the global loss inside ``if rank == 0:``.
+
+    Rank 0's all-reduce of the loss meets the other ranks' all-reduce of the
+    next step's first gradient: sizes differ, and gloo aborts the process.
+    With ``ledger_timeout_s``, the loop runs inside
+    :class:`mylib.debug.CollectiveLedger` and each rank returns the ledger's
+    report instead.
+    """
+    rank = dist.get_rank()
+    model = BranchNet()
+    ledger = (
+        debug.CollectiveLedger(timeout_s=ledger_timeout_s)
+        if ledger_timeout_s
+        else contextlib.nullcontext()
+    )
+    try:
+        with ledger:
+            for x, y in rank_data(rank, steps):
+                loss = _loss(model, x, y)
+                loss.backward()
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+                if rank == 0:  # the bug: a collective only rank 0 calls
+                    total = loss.detach().clone()
+                    dist.all_reduce(total)
+    except debug.CollectiveHang as e:
+        return e.report
+    return "no hang"
 
 
 # -- 5. an uneven last batch ---------------------------------------------------

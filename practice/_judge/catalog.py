@@ -62,7 +62,10 @@ class Exercise:
     time_limit_s: float
     check_timeout_s: float
     dir: str
-    index: int = 0  # its place in its chapter, by folder number: 1, 2, ...
+    index: int = 0
+    # a bug hunt: the starter is a script with one bug a real project shipped, and
+    # runs (it fails the checks rather than saying "not written yet")
+    bug_hunt: bool = False  # its place in its chapter, by folder number: 1, 2, ...
 
     @property
     def short(self):
@@ -171,6 +174,7 @@ def _load_one(folder, chapters):
         time_limit_s=float(meta.get("time_limit_s", 240 if ranks else 60)),
         check_timeout_s=float(meta.get("check_timeout_s", 12 if ranks else 10)),
         dir=folder,
+        bug_hunt=bool(meta.get("bug_hunt", False)),
     )
 
 

@@ -35,12 +35,13 @@ def check(name):
 class Mismatch(AssertionError):
     """The reader's answer is wrong: says what was asked, expected and returned."""
 
-    def __init__(self, message, *, input=None, expected=None, got=None):
+    def __init__(self, message, *, input=None, expected=None, got=None, where=""):
         super().__init__(message)
         self.message = message
         self.input = input
         self.expected = expected
         self.got = got
+        self.where = where
 
 
 class MissingName(AttributeError):
@@ -52,9 +53,12 @@ class MissingName(AttributeError):
         self.path = path
 
 
-def fail(message, *, input=None, expected=None, got=None):
-    """Stop the check with a wrong-answer verdict."""
-    raise Mismatch(message, input=input, expected=expected, got=got)
+def fail(message, *, input=None, expected=None, got=None, where=""):
+    """Stop the check with a wrong-answer verdict.
+
+    ``where``: lines that locate the problem (shown under the message).
+    """
+    raise Mismatch(message, input=input, expected=expected, got=got, where=where)
 
 
 def show(value):
@@ -92,20 +96,42 @@ def expect_type(got, types, *, input, what="the result"):
 
 
 def expect_equal(got, expected, *, input, what="the result"):
-    """Fail unless ``got == expected`` (exactly)."""
-    if (
-        got != expected
-        or type(got) is not type(expected)
-        and not _same_kind(got, expected)
-    ):
+    """Fail unless ``got`` equals ``expected`` in type and value (:func:`same`)."""
+    if not same(got, expected):
         fail(f"wrong answer for {what}", input=input, expected=expected, got=got)
 
 
-def _same_kind(a, b):
-    numbers = (int, float)
-    return (
-        isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool)
-    ) or (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)))
+def same(got, expected):
+    """Equal in type and value, leaf by leaf; decided here, never by ``got``.
+
+    Containers must be of the same kind (a list is not a tuple) with equal
+    items; numbers equal numbers (``2 == 2.0``) but a bool only a bool; any
+    other leaf must be of exactly the expected type before ``==`` is asked,
+    so an object of the reader's whose ``__eq__`` always says yes equals
+    nothing.
+    """
+    if isinstance(expected, dict):
+        return (
+            type(got) is dict
+            and got.keys() == expected.keys()
+            and all(same(got[k], v) for k, v in expected.items())
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            type(got) is type(expected)
+            and len(got) == len(expected)
+            and all(same(g, e) for g, e in zip(got, expected))
+        )
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(got) is bool and type(expected) is bool and got == expected
+    if isinstance(expected, (int, float)):
+        return type(got) in (int, float) and got == expected
+    if type(got) is not type(expected):
+        return False
+    try:
+        return bool(got == expected)
+    except Exception:  # e.g. a tensor of several elements: not a leaf to compare
+        return False
 
 
 def expect_close(got, expected, *, input, what="the result", rel=1e-9, abs_tol=1e-12):
@@ -147,7 +173,7 @@ def _closeness_problem(got, expected, rel, abs_tol, path):
     if isinstance(expected, bool) or not isinstance(expected, (int, float)):
         return (
             ""
-            if got == expected
+            if same(got, expected)
             else f"{_at(path)}: expected {show(expected)}, got {show(got)}"
         )
     if isinstance(got, bool) or not isinstance(got, (int, float)):

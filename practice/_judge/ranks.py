@@ -14,6 +14,12 @@ raises becomes ``RankFailed`` and ranks that hang or loop become
 A checks module may list ``RANK_PRELOAD`` (module names): the fork server
 imports them once, so no grade does.
 
+A worker returns raw tensors and the check compares them with references it
+computes itself, here in the judge (:func:`max_diff`, :func:`spread`): the
+reader's code runs in the ranks and can reach anything computed there.
+:func:`reference_on_ranks` runs what only ranks compute (PyTorch's own DDP,
+hooks) on ranks of a second process that never loads the reader's file.
+
 ``spy_on_dist`` (used inside a worker) records, or forbids, calls to
 ``torch.distributed`` functions: a check can then say "all-reduce was called
 4 times" or "build it from send/recv, not dist.all_reduce". It sees every
@@ -45,6 +51,23 @@ def on_ranks(worker, world_size, *args, timeout_s=None):
     return run_locally(worker, world_size, args, busy_s=timeout_s or 60.0)
 
 
+def reference_on_ranks(worker, world_size, *args, timeout_s=None):
+    """Like :func:`on_ranks`, on ranks that run none of the reader's code.
+
+    For what only real ranks compute (PyTorch's own DDP, hooks, collectives):
+    they are forked from a second process of the grade, which never loads the
+    reader's file, so its results are the checks' own. ``args`` are plain
+    values and the checks' functions, never the reader's.
+    """
+    factory = getattr(_CURRENT, "reference", None)
+    if factory is None:
+        return run_locally(worker, world_size, args, busy_s=timeout_s or 60.0)
+    client, reader = factory(), _CURRENT.client
+    client.deadline, client.check_timeout_s = reader.deadline, reader.check_timeout_s
+    client.what = f"the checks' reference ranks ({reader.what})"
+    return client.on_ranks(worker, world_size, args, timeout_s)
+
+
 def run_locally(worker, world_size, args, busy_s):
     from _judge.forkranks import run_forked
 
@@ -53,10 +76,39 @@ def run_locally(worker, world_size, args, busy_s):
     )
 
 
+def max_diff(got, expected):
+    """Largest ``|got - expected|`` over two lists of tensors (computed in the judge).
+
+    ``inf`` where the lists differ in length, or a pair in shape or in being
+    None; 0.0 for two empty lists. Both sides in float64.
+    """
+    import torch
+
+    if len(got) != len(expected):
+        return float("inf")
+    worst = 0.0
+    for g, e in zip(got, expected):
+        if g is None or e is None:
+            if (g is None) != (e is None):
+                return float("inf")
+            continue
+        if not (torch.is_tensor(g) and tuple(g.shape) == tuple(e.shape)):
+            return float("inf")
+        if g.numel():
+            worst = max(worst, float((g.double() - e.double()).abs().max()))
+    return worst
+
+
+def spread(per_rank):
+    """Largest difference between any rank's tensors and rank 0's (lists of tensors)."""
+    return max((max_diff(mine, per_rank[0]) for mine in per_rank), default=0.0)
+
+
 class DistSpy:
     """What the code inside :func:`spy_on_dist` called.
 
-    ``calls`` is a list of (name, dtype, numel, nbytes).
+    ``calls`` is a list of (name, dtype, numel, nbytes, data_ptr) of each call's
+    first tensor.
     """
 
     def __init__(self):
@@ -223,10 +275,11 @@ def spy_on_dist(names, forbid=(), reader_functions=(), why=""):
                     str(tensor.dtype).replace("torch.", ""),
                     tensor.numel(),
                     tensor.numel() * tensor.element_size(),
+                    tensor.data_ptr(),
                 )
             )
         else:
-            spy.calls.append((name, None, 0, 0))
+            spy.calls.append((name, None, 0, 0, 0))
 
     def outermost():
         return getattr(_INSIDE, "depth", 0) == 0

@@ -101,6 +101,7 @@ def run_one(fn, solution, path, guard=None):
             "input": shown_input,
             "expected": _opt(e.expected),
             "got": _opt(e.got),
+            **({"where": e.where} if e.where else {}),
         }
     except MissingName as e:
         return {

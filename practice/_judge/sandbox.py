@@ -17,8 +17,8 @@ import ast
 import contextlib
 import dataclasses
 import hashlib
+import json
 import os
-import pickle
 import shutil
 import socket
 import subprocess
@@ -27,7 +27,19 @@ import tempfile
 import time
 import types
 
-from _judge import manifest, ranks, wire
+# Every module of the judge that a grade uses, imported now: nothing is imported
+# while (or after) the reader's code runs, when it might have written a module.
+from _judge import (  # noqa: F401
+    checking,
+    child,
+    confine,
+    forkranks,
+    loading,
+    manifest,
+    ranks,
+    tamper,
+    wire,
+)
 from _judge.remote import Client, ProcessEnded
 from _judge.running import collect_checks, overall, run_checks
 
@@ -94,10 +106,9 @@ class Server:
         )
         theirs.close()
 
-    def start_job(self, out_path, cwd):
+    def start_job(self, job):
         ours, theirs = socket.socketpair()
-        job = pickle.dumps({"out_path": out_path, "cwd": cwd})
-        socket.send_fds(self.ctl, [job], [theirs.fileno()])
+        socket.send_fds(self.ctl, [json.dumps(job).encode()], [theirs.fileno()])
         theirs.close()
         return ours
 
@@ -167,16 +178,30 @@ def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None, serve
             source = f.read()  # the snapshot: read once, graded everywhere
     except OSError as e:
         return Report("load error", f"cannot read your file: {e.strerror}", [])
+    if exercise.ranks:  # tensors come back: torch here now, before the reader's code
+        import torch  # noqa: F401
     checks = _load_checks(exercise, checks_source)
     own = server is None
     if own:
         server = Server(preload_for([exercise], [checks]))
     work = tempfile.mkdtemp(prefix="judge-")
-    out_path = os.path.join(work, "output.txt")
+    exercises_dir = os.path.dirname(exercise.dir)
+    practice = os.path.dirname(exercises_dir)
+    job = {
+        "out_path": os.path.join(work, "output.txt"),
+        "cwd": work,
+        # Not readable by the reader's code: the reference solutions and git's copy.
+        "hidden": [exercises_dir, os.path.join(os.path.dirname(practice), ".git")],
+        "references": [exercises_dir],
+        "reader_path": path,
+        "repo": os.path.dirname(practice),  # on the child's path: mylib, for the code
+    }
+    before = tamper.take(exercises_dir)
     client = None
     try:
-        sock = server.start_job(out_path, work)
-        client = Client(sock, out_path, OUTPUT_CAP_BYTES, path, source)
+        sock = server.start_job(job)
+        client = Client(sock, job["out_path"], OUTPUT_CAP_BYTES, path, source)
+        client.server = server
         report = _grade(
             exercise,
             client,
@@ -187,7 +212,9 @@ def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None, serve
             check_timeout_s,
             time_limit_s,
         )
+        noticed = client.noticed()
         client.close()
+        report = _refuse_if_tampered(report, before, noticed, exercise)
         report.printed = _excerpt(client.printed())
         report.seconds = time.monotonic() - started
         report.graded_hash = hashlib.sha256(source).hexdigest()
@@ -200,6 +227,70 @@ def grade_file(exercise, path, *, time_limit_s=None, check_timeout_s=None, serve
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _refuse_if_tampered(report, before, noticed, exercise):
+    """A grade whose code wrote outside its folder, or read the answers, is refused.
+
+    What it created is removed and what it changed is put back (tamper.py).
+    """
+    created, changed = tamper.changes(before)
+    practice = os.path.dirname(os.path.dirname(exercise.dir))
+    shown = [
+        os.path.relpath(p, practice) if p.startswith(practice) else p
+        for p in created + changed
+    ]
+    if created or changed:
+        left = tamper.undo(before, created, changed)
+        undone = (
+            "; the judge removed or restored them"
+            if not left
+            else f"; restore these yourself: {', '.join(left[:5])}"
+        )
+        return Report(
+            "refused",
+            f"your code changed files outside its work folder "
+            f"({', '.join(shown[:5])}{' ...' if len(shown) > 5 else ''}), which a "
+            f"graded file may not do: this grade does not count{undone}",
+            report.results,
+        )
+    problems = []
+    if noticed.get("read"):
+        problems.append(
+            "opened the exercise's own files ("
+            + ", ".join(os.path.relpath(p, practice) for p in noticed["read"][:3])
+            + ")"
+        )
+    if noticed.get("called"):
+        problems.append(
+            "called the checks' own "
+            + ", ".join(f"{n}()" for n in noticed["called"][:3])
+        )
+    if noticed.get("wrote"):
+        problems.append(
+            "tried to write outside its work folder ("
+            + ", ".join(noticed["wrote"][:3])
+            + "; refused)"
+        )
+    if problems:
+        return Report(
+            "refused",
+            "your code "
+            + " and ".join(problems)
+            + ": a pass must come from your own code, so this grade does not count",
+            report.results,
+        )
+    return report
+
+
+def report_to_plain(report):
+    """A :class:`Report` as JSON-able data (the grading service sends it so)."""
+    return json.loads(json.dumps(dataclasses.asdict(report), default=str))
+
+
+def report_from_plain(data):
+    fields = {f.name for f in dataclasses.fields(Report)}
+    return Report(**{k: v for k, v in data.items() if k in fields})
+
+
 def _load_checks(exercise, source):
     """The checks, from the verified bytes (never re-read from disk)."""
     name = "checks_" + os.path.basename(exercise.dir)
@@ -210,23 +301,26 @@ def _load_checks(exercise, source):
     return module
 
 
-def _grade(
-    exercise, client, checks, checks_source, source, path, check_timeout_s, time_limit_s
+def _init_message(
+    exercise, checks, checks_source, source, path, check_timeout_s, trusted=False
 ):
-    wire.send(
-        client.sock,
-        {
-            "checks_name": checks.__name__,
-            "checks_path": checks.__file__,
-            "checks_source": checks_source,
-            "path": path,
-            "source": source,
-            "check_timeout_s": min(check_timeout_s, LOAD_LIMIT_S),
-            "output_cap": OUTPUT_CAP_BYTES,
-            "memory_cap": 0 if exercise.ranks else MEMORY_CAP_BYTES,
-            "preload": list(getattr(checks, "RANK_PRELOAD", ())),
-        },
-    )
+    """What a child is told first: the verified checks, then the file to load."""
+    return {
+        "checks_name": checks.__name__,
+        "checks_path": checks.__file__,
+        "checks_source": checks_source,
+        "path": path,
+        "source": source,
+        "check_timeout_s": min(check_timeout_s, LOAD_LIMIT_S),
+        "output_cap": OUTPUT_CAP_BYTES,
+        "memory_cap": 0 if exercise.ranks else MEMORY_CAP_BYTES,
+        "preload": list(getattr(checks, "RANK_PRELOAD", ())),
+        "trusted": trusted,  # the checks' reference ranks: no file to load
+    }
+
+
+def _handshake(client, check_timeout_s):
+    """Wait for the child to load; a :class:`Report` if loading failed, else None."""
     client.check_timeout_s = check_timeout_s
     try:
         # The fork server may still be importing torch (not the reader's code).
@@ -249,7 +343,70 @@ def _grade(
             " during loading your file", " while loading your file"
         )
         return Report(verdict, message, [], where=e.judge_result.get("where", ""))
+    return None
+
+
+class _References:
+    """A second child, running no code of the reader's, for PyTorch's own behaviour.
+
+    Started at the first ``reference_on_ranks`` of a grade: its ranks run the
+    checks' workers with PyTorch's DDP, hooks or optimizers, in a process tree
+    of their own and a work folder the reader's process cannot write.
+    """
+
+    def __init__(self, server, exercise, checks, checks_source, check_timeout_s):
+        self.server, self.exercise = server, exercise
+        self.init = _init_message(
+            exercise, checks, checks_source, b"", "<reference>", check_timeout_s, True
+        )
+        self.check_timeout_s = check_timeout_s
+        self.work = None
+        self._client = None
+
+    def client(self):
+        if self._client is None:
+            self.work = tempfile.mkdtemp(prefix="judge-reference-")
+            exercises_dir = os.path.dirname(self.exercise.dir)
+            job = {
+                "out_path": os.path.join(self.work, "output.txt"),
+                "cwd": self.work,
+                "hidden": [exercises_dir],
+                "references": [exercises_dir],
+                "reader_path": None,
+                "repo": os.path.dirname(os.path.dirname(exercises_dir)),
+            }
+            sock = self.server.start_job(job)
+            client = Client(sock, job["out_path"], OUTPUT_CAP_BYTES, "<reference>", b"")
+            wire.send(client.sock, self.init)
+            problem = _handshake(client, self.check_timeout_s)
+            if problem is not None:
+                client.close()
+                raise RuntimeError(f"the checks' reference ranks: {problem.message}")
+            self._client = client
+        return self._client
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+        if self.work:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _grade(
+    exercise, client, checks, checks_source, source, path, check_timeout_s, time_limit_s
+):
+    wire.send(
+        client.sock,
+        _init_message(exercise, checks, checks_source, source, path, check_timeout_s),
+    )
+    problem = _handshake(client, check_timeout_s)
+    if problem is not None:
+        return problem
+    references = _References(
+        client.server, exercise, checks, checks_source, check_timeout_s
+    )
     ranks._CURRENT.client = client
+    ranks._CURRENT.reference = references.client
     deadline = time.monotonic() + time_limit_s
     try:
 
@@ -260,6 +417,8 @@ def _grade(
         results = run_checks(collect_checks(checks), client.module(), path, guard=guard)
     finally:
         ranks._CURRENT.client = None
+        ranks._CURRENT.reference = None
+        references.close()
     if client.ended is not None:  # the process ended: that is the news
         kind = client.ended.kind
         verdict = {"output": "too much output"}.get(kind, kind)
@@ -270,10 +429,12 @@ def _grade(
 
 def _child_env():
     env = dict(os.environ)
-    # The checks import _judge (practice/) and mylib (the repo root).
+    # practice/ and the repository's root stay off the path (boot.py): the server
+    # finds _judge itself, and mylib through its installed package.
     env["PYTHONPATH"] = os.pathsep.join(
-        [PRACTICE_DIR, REPO_DIR]
-        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        p
+        for p in env.get("PYTHONPATH", "").split(os.pathsep)
+        if p and os.path.realpath(p) not in (PRACTICE_DIR, REPO_DIR)
     )
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONHASHSEED"] = "0"

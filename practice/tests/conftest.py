@@ -1,14 +1,26 @@
 """Shared fixtures of the judge's tests.
 
-The exercises, and every solution and starter graded once.
+The exercises, and every solution and starter graded once. And no test
+leaves anything behind: every temporary file of the session (the judge's
+work folders, pytest's own) lies in one folder that must hold nothing else
+at the end, and no process of a test outlives it.
 """
 
 import concurrent.futures
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
+import time
 
 import pytest
 
+# The judge commands the tests run start their own grading service and stop it
+# when they end: no process outlives a test.
+os.environ["JUDGE_SERVER_IDLE_S"] = "0"
+SESSION_TMP = tempfile.mkdtemp(prefix="practice-tests-")
+os.environ["TMPDIR"] = tempfile.tempdir = SESSION_TMP
 PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PRACTICE_DIR not in sys.path:
     sys.path.insert(0, PRACTICE_DIR)
@@ -57,3 +69,50 @@ def graded_solutions(exercises, graded):
 def graded_starters(exercises, graded):
     """Every untouched starter's report, by exercise id."""
     return {ex.id: graded[ex.id, "starter.py"] for ex in exercises}
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    """After each test, no new process below this one (servers, ranks, detached
+    ones); helpers that were there before (multiprocessing's) do not count."""
+    from _judge import server
+
+    before = set(server.descendants(os.getpid()))
+    yield
+    deadline = time.monotonic() + 10.0
+    while set(server.descendants(os.getpid())) - before:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # a service asked to stop is still on its way out
+    left = sorted(set(server.descendants(os.getpid())) - before)
+    for pid in left:
+        server.kill_descendants(pid)
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+    assert not left, f"processes left behind: {left}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Every temporary file the session made is gone, but pytest's own folder."""
+    import multiprocessing.util
+
+    # torch's own per-user cache folder (made when torch._dynamo is imported, in
+    # every program that imports it, as in /tmp normally) is not the judge's, nor
+    # multiprocessing's folder, which it removes itself at exit.
+    theirs = ("pytest-of-", "torchinductor_", "pymp-")
+    left = sorted(n for n in os.listdir(SESSION_TMP) if not n.startswith(theirs))
+    for name in os.listdir(SESSION_TMP):
+        if not name.startswith("pymp-"):
+            shutil.rmtree(os.path.join(SESSION_TMP, name), ignore_errors=True)
+    # The folder itself after multiprocessing's (exit priority -100) is gone.
+    multiprocessing.util.Finalize(None, _remove_folder, exitpriority=-101)
+    if left and exitstatus == 0:
+        session.exitstatus = 1
+        print(f"\ntemporary files left behind by the tests: {left}", file=sys.stderr)
+
+
+def _remove_folder():
+    try:
+        os.rmdir(SESSION_TMP)
+    except OSError:
+        pass

@@ -323,3 +323,37 @@ def test_watch_regrades_on_save_without_file_events(home):
     text = "".join(seen)
     assert "TODO" in text and "PASSED" in text
     assert text.index("TODO") < text.index("Watching") < text.index("PASSED")
+
+
+def test_a_second_grade_reuses_the_grading_service(home):
+    """The service outlives a command briefly (so the next grade imports nothing),
+    answers `stop`, and then is gone: nothing is left behind."""
+    import tempfile
+
+    from _judge import service
+
+    run = tempfile.mkdtemp(prefix="jr-", dir="/tmp")  # a short path for the socket
+    env = {"JUDGE_SERVER_IDLE_S": "60", "JUDGE_RUNTIME_DIR": run}
+    try:
+        pids = []
+        for _ in range(2):
+            out = judge(home, "06", "--solutions", env=env)
+            assert out.returncode == 0, out.stdout
+            folder = os.path.join(run, "data-parallel-judge")
+            sockets = [n for n in os.listdir(folder) if n.endswith(".sock")]
+            assert len(sockets) == 1, sockets
+            pids.append(service.ping(os.path.join(folder, sockets[0])))
+        assert pids[0] and pids[0] == pids[1], pids
+        out = judge(home, "stop", env=env)
+        assert f"stopped the grading service (pid {pids[0]})" in out.stdout
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pids[0]}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{pids[0]}"), "the service outlived stop"
+        assert "no grading service" in judge(home, "stop", env=env).stdout
+    finally:
+        service_env = {**os.environ, "JUDGE_RUNTIME_DIR": run}
+        subprocess.run(
+            [sys.executable, JUDGE, "stop"], env=service_env, capture_output=True
+        )
+        shutil.rmtree(run, ignore_errors=True)

@@ -11,11 +11,14 @@ module-level spy does not wrap.
 
 What makes each fail: the checks run in the judge's process, not in the one
 running the reader's code (fakes 1, 2, 3); ``checks.py`` is checked against
-``MANIFEST.sha256`` and sent as bytes before the reader's code runs (4);
-every process below the run is killed at its end (5); the spy sees every
-path to a collective (6).
+``MANIFEST.sha256`` and sent as bytes before the reader's code runs, and the
+reader's code cannot write it (4; the attacks of issue 29, graded code
+rewriting the checks and the manifest among them, are in
+test_judge_attacks.py); every process below the run is killed at its end
+(5); the spy sees every path to a collective (6).
 """
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -135,22 +138,11 @@ def copy_exercise(tmp_path, exercise):
 
 
 def test_fake_4_rewriting_checks_py_is_refused_by_name(tmp_path):
+    """A checks.py changed on disk (here by the test: graded code cannot write it,
+    test_judge_attacks.py) is refused by name, with the command that restores it."""
     exercise = copy_exercise(tmp_path, BUCKETS)
-    path = write(
-        tmp_path,
-        f"""\
-        CHECKS = {exercise.path("checks.py")!r}
-        with open(CHECKS, "w") as f:
-            f.write("from _judge.checking import check\\n"
-                    "@check('everything')\\n"
-                    "def everything(sol):\\n"
-                    "    pass\\n")
-        """,
-        then=STARTER_BODY,
-    )
-    first = grade_file(exercise, str(path))
-    assert not first.passed  # the checks were read, and verified, before
-    assert first.results[0]["status"] == "todo"
+    with open(exercise.path("checks.py"), "a") as f:
+        f.write("\n# changed\n")
     starter = grade_file(exercise, exercise.path("starter.py"))
     assert starter.verdict == "refused"
     assert "checks.py has been changed" in starter.message
@@ -291,17 +283,18 @@ def test_progress_written_outside_the_judge_is_not_counted(tmp_path):
 def test_every_check_and_rank_grades_one_snapshot(tmp_path):
     """A save during grading changes nothing: the file is read once.
 
-    Here the file itself overwrites itself with a broken version while it loads;
-    every check (and every rank) still grades what was read.
+    Here the file is overwritten with a broken version while it loads (it
+    waits a moment at the top); every check (and every rank) still grades what
+    was read.
     """
     average = catalog.find(EXERCISES, "03")
     solution = open(average.path("solution.py"), encoding="utf-8").read()
     path = tmp_path / "mine.py"
-    path.write_text(
-        "with open(__file__, 'w') as f:\n"
-        "    f.write('def average_gradients(model):\\n    raise ValueError')\n"
-        + solution
-    )
-    report = grade_file(average, str(path))
+    path.write_text("import time\ntime.sleep(1.0)\n" + solution)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        graded = pool.submit(grade_file, average, str(path))
+        time.sleep(0.3)
+        path.write_text("def average_gradients(model):\n    raise ValueError\n")
+        report = graded.result()
     assert report.passed, report.results
     assert "raise ValueError" in path.read_text()  # it did change on disk

@@ -1,10 +1,12 @@
 """Messages that name what happened: one test per message the issue found wrong.
 
 Exercise 03: "a sum instead of a mean" only when the gradients are the
-number of ranks times the right ones, and another message when the average
-never reached ``.grad``. Exercise 01: an off-by-one chunk is not "must be
-summed in place". A busy loop on ranks is not a collective hang, and comes
-back within the check's limit. An empty file: one message. A load error:
+number of ranks times the right ones, another message when the average
+never reached ``.grad``, and another when a reduce left the mean on one
+rank. Exercise 08: an off-by-one says which micro-step synchronised.
+Exercise 01: an off-by-one chunk is not "must be summed in place". A busy
+loop on ranks is not a collective hang, and comes back within the check's
+limit. An empty file: one message. A load error:
 said once.
 """
 
@@ -59,6 +61,79 @@ def test_03_an_average_never_written_to_grad_is_not_called_a_sum(tmp_path):
     assert "sum instead of a mean" not in problem["message"], problem
     assert "still this rank's own gradients" in problem["message"]
     assert ".grad" in problem["message"]
+
+
+def test_03_a_reduce_to_one_rank_is_called_that(tmp_path):
+    """Reduce to rank 0, then divide: the mean reached rank 0 only."""
+    body = "dist.reduce(p.grad, 0)\n            p.grad /= n"
+    path = write(tmp_path, AVERAGE_BODY.format(body=body))
+    problem = first_problem(grade_file(AVERAGE, str(path)))
+    assert "on rank 1" in problem["message"], problem
+    assert "while rank 0 holds the right mean" in problem["message"]
+    assert "dist.reduce sends the sum to one rank" in problem["message"]
+    assert "sum instead" not in problem["message"]
+
+
+def test_08_an_off_by_one_names_the_micro_step_that_synchronised(tmp_path):
+    """`last = i == 0`: the first micro-step all-reduced, not the last."""
+    exercise = catalog.find(EXERCISES, "08")
+    solution = open(exercise.path("solution.py"), encoding="utf-8").read()
+    off_by_one = """
+
+import contextlib
+
+
+def train_step(ddp, optimizer, micro_batches, loss_fn):
+    optimizer.zero_grad()
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        last = i == 0  # the bug: the first, not i == k - 1
+        with contextlib.nullcontext() if last else ddp.no_sync():
+            (loss_fn(ddp(x), y) / k).backward()
+    optimizer.step()
+"""
+    path = tmp_path / "mine.py"
+    path.write_text(solution + off_by_one)
+    problem = first_problem(grade_file(exercise, str(path)))
+    assert "micro-step 1 of 2 all-reduced the gradients" in problem["message"], problem
+    assert "only the last, micro-step 2, should" in problem["message"]
+
+
+def test_13_the_ledger_shows_where_the_ranks_part(tmp_path):
+    """The hang exercise runs in chapter 8's collective ledger: per rank, the last
+    call all agree on and each rank's next call, with its line."""
+    exercise = catalog.find(EXERCISES, "13")
+    report = grade_file(exercise, exercise.path("starter.py"))
+    problem = first_problem(report)
+    assert "the ranks' collectives part ways" in problem["message"], problem
+    zero, zero_at, one, one_at = problem["where"].splitlines()
+    assert (
+        zero
+        == "rank 0: last matching #4; then #5 all_reduce float32 [] [stopped at #5]"
+    )
+    assert zero_at.endswith("dist.all_reduce(total)"), zero_at
+    assert one == (
+        "rank 1: last matching #4; then #5 all_reduce float32 [6, 4] [stopped at #5]"
+    )
+    assert one_at.endswith("dist.all_reduce(p.grad)"), one_at
+    # The loss logged by every rank, the uneven batches left: rank 1 leaves the
+    # loop while rank 0 starts a third step.
+    starter = open(exercise.path("starter.py"), encoding="utf-8").read()
+    path = write(
+        tmp_path,
+        starter.replace(
+            "        if rank == 0:  # log the mean loss over all ranks\n", ""
+        )
+        .replace("            total = ", "        total = ")
+        .replace("            dist.all_reduce(total)", "        dist.all_reduce(total)")
+        .replace("            losses.append", "        losses.append"),
+    )
+    uneven = grade_file(exercise, str(path)).results[1]
+    assert "part ways" in uneven["message"], uneven
+    assert (
+        "rank 1: last matching #10; then #11 (none) [left after #10]"
+        in (uneven["where"])
+    ), uneven
 
 
 def test_03_another_wrong_factor_gets_neither_guess(tmp_path):

@@ -1,4 +1,11 @@
-"""Checks for exercise 01: on real gloo ranks, compared with dist.all_reduce."""
+"""Checks for exercise 01: on real gloo ranks, compared with the sum computed here.
+
+The ranks run the reader's ring and send back their tensors; the sum they
+must hold is computed in the judge. The bytes sent are counted by a spy in
+the ranks (practice/README.md says what a determined reader can fake).
+"""
+
+import math
 
 from _judge.checking import check, expect_close, expect_equal, fail
 from _judge.ranks import on_ranks
@@ -19,22 +26,22 @@ COLLECTIVES = (
 )
 
 
-def worker(ring_all_reduce, shape, dtype_name, seed):
-    """On each rank: random data, the reader's ring all-reduce, and dist.all_reduce.
+def rank_data(shape, dtype_name, seed, rank):
+    """Rank ``rank``'s tensor: the same wherever it is made."""
+    import torch
 
-    dist.all_reduce gives the result to compare with.
-    """
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    return torch.randn(shape, generator=g, dtype=getattr(torch, dtype_name))
+
+
+def worker(ring_all_reduce, shape, dtype_name, seed):
+    """On each rank: its tensor, the reader's ring all-reduce; the raw results back."""
     import torch
     import torch.distributed as dist
 
     from _judge.ranks import spy_on_dist
 
-    rank = dist.get_rank()
-    g = torch.Generator().manual_seed(seed * 100 + rank)
-    data = torch.randn(shape, generator=g, dtype=getattr(torch, dtype_name))
-    expected = data.clone()
-    original = data.clone()
-    dist.all_reduce(expected)
+    data = rank_data(shape, dtype_name, seed, dist.get_rank())
     with spy_on_dist(
         ["send", "isend"],
         forbid=COLLECTIVES,
@@ -43,69 +50,75 @@ def worker(ring_all_reduce, shape, dtype_name, seed):
     ) as spy:
         out = ring_all_reduce(data)
     dist.barrier()
-    returned_ok = (
-        isinstance(out, torch.Tensor)
-        and out.shape == data.shape
-        and bool(torch.equal(out, data))
-    )
-    returned_sum = (
-        isinstance(out, torch.Tensor)
-        and out.shape == data.shape
-        and bool(torch.allclose(out.to(data.dtype), expected, atol=1e-5))
-    )
-    wrong = ((data - expected).abs() > 1e-5).flatten()
     return {
-        "in_place_diff": float((data - expected).abs().max()) if data.numel() else 0.0,
-        "returned_sum": returned_sum,
-        "unchanged": bool(torch.equal(data, original)),
-        "wrong": int(wrong.sum()),
-        "first_wrong": int(wrong.nonzero()[0]) if bool(wrong.any()) else -1,
-        "numel": data.numel(),
-        "returned_ok": returned_ok,
+        "data": data,
+        "out": out if isinstance(out, torch.Tensor) else None,
+        "out_type": type(out).__name__,
         "bytes_sent": spy.bytes("send", "isend"),
-        "tensor_bytes": data.numel() * data.element_size(),
-        "got": data.flatten()[:6].tolist(),
-        "expected": expected.flatten()[:6].tolist(),
     }
 
 
 def run(sol, world_size, shape, dtype_name="float32", seed=0):
+    import torch
+
     shown = (
         f"ring_all_reduce(x) on {world_size} ranks, "
         f"x of shape {tuple(shape)}, {dtype_name}"
     )
+    # The reference, here and before the ranks run: the sum of every rank's tensor.
+    inputs = [rank_data(shape, dtype_name, seed, r) for r in range(world_size)]
+    expected = torch.stack([t.double() for t in inputs]).sum(0)
     results = on_ranks(worker, world_size, sol.ring_all_reduce, shape, dtype_name, seed)
     for rank, r in enumerate(results):
-        if r["in_place_diff"] > 1e-5:
-            if r["returned_sum"] or r["unchanged"]:
+        data, out = r["data"], r["out"]
+        if not (torch.is_tensor(data) and tuple(data.shape) == tuple(shape)):
+            fail(f"on rank {rank} the tensor changed shape", input=shown)
+        error = (data.double() - expected).abs()
+        if data.numel() and float(error.max()) > 1e-5:
+            returned_sum = (
+                out is not None
+                and tuple(out.shape) == tuple(shape)
+                and float((out.double() - expected).abs().max()) <= 1e-5
+            )
+            if returned_sum or torch.equal(data, inputs[rank]):
                 what = (
                     "the function returned the sum but left the tensor it was "
                     "given unchanged"
-                    if r["returned_sum"]
+                    if returned_sum
                     else "the tensor it was given is unchanged"
                 )
                 detail = f"{what}: it must be summed in place"
             else:
+                wrong = (error > 1e-5).flatten()
                 detail = (
-                    f"{r['wrong']} of its {r['numel']} elements are wrong "
-                    f"afterwards, the first at flat index {r['first_wrong']} "
-                    f"(largest difference {r['in_place_diff']:.3g}): do the chunks "
+                    f"{int(wrong.sum())} of its {data.numel()} elements are wrong "
+                    f"afterwards, the first at flat index {int(wrong.nonzero()[0])} "
+                    f"(largest difference {float(error.max()):.3g}): do the chunks "
                     "cover every element exactly once (the last chunk too)?"
                 )
             fail(
                 f"on rank {rank} the tensor does not hold the sum over all ranks: "
                 + detail,
                 input=shown,
-                expected=r["expected"],
-                got=r["got"],
+                expected=[round(v, 6) for v in expected.flatten()[:6].tolist()],
+                got=[round(v, 6) for v in data.double().flatten()[:6].tolist()],
             )
-        if not r["returned_ok"]:
+        if out is None or not torch.equal(out, data):
             fail(
                 f"on rank {rank} the function must return "
-                "the tensor it was given, summed",
+                f"the tensor it was given, summed (it returned a {r['out_type']})",
                 input=shown,
             )
     return shown, results
+
+
+def tensor_bytes(shape, dtype_name):
+    import torch
+
+    return (
+        math.prod(shape)
+        * torch.empty((), dtype=getattr(torch, dtype_name)).element_size()
+    )
 
 
 @check("2 ranks: the sum of 8 numbers")
@@ -130,7 +143,7 @@ def bandwidth_optimal(sol):
     for rank, r in enumerate(results):
         expect_equal(
             r["bytes_sent"],
-            2 * 3 * r["tensor_bytes"] // 4,
+            2 * 3 * tensor_bytes((4096,), "float32") // 4,
             input=shown,
             what=f"the bytes rank {rank} sent",
         )

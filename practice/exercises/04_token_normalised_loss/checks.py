@@ -1,4 +1,8 @@
-"""Checks for exercise 04: on real gloo ranks, against the mean over all tokens."""
+"""Checks for exercise 04: on real gloo ranks, against the mean over all tokens.
+
+The ranks send back their gradients and losses; the mean over all tokens is
+computed here, in the judge.
+"""
 
 from _judge.checking import check, expect_close, fail
 from _judge.ranks import on_ranks
@@ -35,70 +39,73 @@ def example(sol):
     )
 
 
-def worker(token_normalised_loss, seed, counts):
-    import copy
-
+def make_case(seed, counts):
+    """The model, the tokens and each rank's mask: the same wherever they are made."""
     import torch
-    import torch.distributed as dist
 
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(seed)  # same on every rank: model, data and masks
+    world = len(counts)
+    torch.manual_seed(seed)
     model = torch.nn.Linear(4, 1)
-    whole = copy.deepcopy(model)
     x, target = torch.randn(world, 2, 5, 4), torch.randn(world, 2, 5)
     mask = torch.zeros(world, 2 * 5, dtype=torch.bool)
     for r, count in enumerate(counts):
         mask[r, torch.randperm(10)[:count]] = True
-    mask = mask.view(world, 2, 5)
+    return model, x, target, mask.view(world, 2, 5)
+
+
+def worker(token_normalised_loss, seed, counts):
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, x, target, mask = make_case(seed, counts)
     token_losses = (model(x[rank]).squeeze(-1) - target[rank]) ** 2
     loss = token_normalised_loss(token_losses, mask[rank])
     loss.backward()
     for p in model.parameters():  # what DDP does: average the gradients
         dist.all_reduce(p.grad)
         p.grad /= world
-    all_losses = (whole(x).squeeze(-1) - target) ** 2
-    n = int(mask.sum())
-    reference = all_losses[mask].sum() / n if n else (all_losses * 0).sum()
-    reference.backward()
-    grads = [float(v) for p in model.parameters() for v in p.grad.flatten()]
-    diff = max(
-        abs(float(a) - float(b))
-        for p, q in zip(model.parameters(), whole.parameters())
-        for a, b in zip(p.grad.flatten(), q.grad.flatten())
-    )
-    value = loss.detach().clone().reshape(())
-    dist.all_reduce(value)
     return {
-        "nan": any(g != g for g in grads) or bool(torch.isnan(loss.detach())),
-        "diff": diff,
-        "mean_value": float(value) / world,
-        "expected_value": float(reference),
+        "grads": [p.grad for p in model.parameters()],
+        "loss": loss.detach().reshape(()).clone(),
     }
 
 
 def run(sol, counts, seed):
+    import torch
+
+    from _judge.ranks import max_diff
+
     shown = (
         f"{len(counts)} ranks holding {', '.join(map(str, counts))} target tokens "
         "(of 10); loss.backward(), then gradients averaged over ranks as DDP does"
     )
+    # The reference, here: the mean over every rank's target tokens.
+    whole, x, target, mask = make_case(seed, counts)
+    all_losses = (whole(x).squeeze(-1) - target) ** 2
+    n = int(mask.sum())
+    reference = all_losses[mask].sum() / n if n else (all_losses * 0).sum()
+    reference.backward()
+    expected = [p.grad.clone() for p in whole.parameters()]
     results = on_ranks(worker, len(counts), sol.token_normalised_loss, seed, counts)
     for rank, r in enumerate(results):
-        if r["nan"]:
+        values = [*r["grads"], r["loss"]]
+        if any(torch.is_tensor(v) and bool(torch.isnan(v).any()) for v in values):
             fail(
                 f"on rank {rank} the loss or a gradient is NaN: "
                 "guard the division by the token count",
                 input=shown,
             )
-        if r["diff"] > 1e-5:
+        diff = max_diff(r["grads"], expected)
+        if diff > 1e-5:
             fail(
                 f"on rank {rank} the gradients differ from those of the "
-                f"mean over all target tokens by up to {r['diff']:.3g}: "
+                f"mean over all target tokens by up to {diff:.3g}: "
                 "normalise by the global count, times the world size",
                 input=shown,
             )
     expect_close(
-        results[0]["mean_value"],
-        results[0]["expected_value"],
+        sum(float(r["loss"]) for r in results) / len(results),
+        float(reference.detach()),
         input=shown,
         rel=1e-5,
         abs_tol=1e-7,

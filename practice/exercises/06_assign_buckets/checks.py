@@ -1,5 +1,6 @@
 """Checks for exercise 06 (standard library only: they also run in the browser)."""
 
+import copy
 import random
 
 from _judge.checking import check, expect_equal, expect_raises, expect_type, fail
@@ -11,8 +12,10 @@ def call(sol, *args, **kwargs):
     shown = ", ".join(
         [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     )
+    # Copies: the rule is checked against the sizes as given, whatever the
+    # reader's function does to its arguments.
     return f"buckets_for_parameters({shown})", sol.buckets_for_parameters(
-        *args, **kwargs
+        *copy.deepcopy(args), **copy.deepcopy(kwargs)
     )
 
 

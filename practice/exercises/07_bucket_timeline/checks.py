@@ -1,5 +1,6 @@
 """Checks for exercise 07 (standard library only: they also run in the browser)."""
 
+import copy
 import random
 
 from _judge.checking import check, expect_close, expect_raises, expect_type
@@ -44,14 +45,15 @@ def simulate(sol, *args, **kwargs):
         + ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         + ")"
     )
-    got = sol.simulate_backward(*args, **kwargs)
+    # Copies: nothing the reader's function does to its arguments reaches ours.
+    got = sol.simulate_backward(*copy.deepcopy(args), **copy.deepcopy(kwargs))
     expect_type(got, dict, input=shown)
     return shown, got
 
 
 def compare(sol, *args, **kwargs):
+    expected = reference(*args, **kwargs)  # before the reader's code runs
     shown, got = simulate(sol, *args, **kwargs)
-    expected = reference(*args, **kwargs)
     expect_close(got, expected, input=shown, rel=1e-9, abs_tol=1e-12)
     return got
 

@@ -147,7 +147,7 @@ def train_worker(TinyDDP, train_step, configs):
         ddp = TinyDDP(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         opt_whole = torch.optim.SGD(whole.parameters(), lr=0.1)
-        calls = []
+        calls, synced = [], []
         for _ in range(steps):
             x, y = (
                 torch.randn(world * accum * MICRO, 6),
@@ -157,14 +157,26 @@ def train_worker(TinyDDP, train_step, configs):
                 x.view(world, accum, MICRO, 6)[rank],
                 y.view(world, accum, MICRO, 2)[rank],
             )
+            marks = []  # the all-reduces so far, at each micro-step's forward
+
+            def loss_fn(output, target):
+                marks.append(spy.count("all_reduce"))
+                return torch.nn.functional.mse_loss(output, target)
+
             with spy_on_dist(["all_reduce"]) as spy:
                 train_step(
                     ddp,
                     opt,
                     [(mine_x[i], mine_y[i]) for i in range(accum)],
-                    torch.nn.functional.mse_loss,
+                    loss_fn,
                 )
             calls.append(spy.count("all_reduce"))
+            marks.append(calls[-1])
+            # Which micro-steps (from 1) all-reduced: between their forward and
+            # the next one's.
+            synced.append(
+                [i + 1 for i in range(len(marks) - 1) if marks[i + 1] > marks[i]]
+            )
             opt_whole.zero_grad()
             torch.nn.functional.mse_loss(whole(x), y).backward()
             opt_whole.step()
@@ -178,6 +190,7 @@ def train_worker(TinyDDP, train_step, configs):
                 "steps": steps,
                 "diff": diff,
                 "calls": calls,
+                "synced": synced,
                 "n_params": sum(1 for _ in model.parameters()),
             }
         )
@@ -196,8 +209,8 @@ def run_training(sol, world, configs):
             if r["diff"] > 1e-6:
                 fail(
                     f"on rank {rank} the weights differ from single-process "
-                    f"training on the whole batch by up to {r['diff']:.3g} "
-                    "(loss divided by the number of micro-batches? zero_grad first?)",
+                    f"training on the whole batch by up to {r['diff']:.3g}"
+                    + _which_synced(r),
                     input=shown,
                 )
     return results
@@ -229,6 +242,27 @@ def expect_placement(r, shown):
             )
 
 
+def _which_synced(r):
+    """Name the micro-step that synchronised, when it is not the last one alone."""
+    accum = r["accum"]
+    for step, synced in enumerate(r["synced"], 1):
+        if synced != [accum]:
+            said = (
+                "no micro-step"
+                if not synced
+                else "micro-step"
+                + ("s " if len(synced) > 1 else " ")
+                + ", ".join(map(str, synced))
+            )
+            return (
+                f": in step {step}, {said} of {accum} all-reduced "
+                f"the gradients; only the last, micro-step {accum}, should "
+                "(after it every micro-step's gradient is in .grad): an off-by-one "
+                "in the test that picks the last micro-batch?"
+            )
+    return " (loss divided by the number of micro-batches? zero_grad first?)"
+
+
 @check("2 ranks: train_step with 1, 2 and 4 micro-batches equals whole-batch SGD")
 def two_ranks(sol):
     run_training(sol, 2, [(1, 1, 10), (2, 1, 11), (4, 1, 12)])
@@ -247,5 +281,6 @@ def communication(sol):
         r["calls"],
         [r["n_params"]] * r["steps"],
         input="2 ranks, 2 steps of train_step with 4 micro-batches each",
-        what="the number of all-reduces in each step",
+        what="the number of all-reduces in each step"
+        + (_which_synced(r) if any(s != [r["accum"]] for s in r["synced"]) else ""),
     )

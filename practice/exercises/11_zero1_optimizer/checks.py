@@ -1,4 +1,8 @@
-"""Checks for exercise 11: on real gloo ranks, against whole-batch torch.optim.Adam."""
+"""Checks for exercise 11: on real gloo ranks, against whole-batch torch.optim.Adam.
+
+The ranks send back their weights; Adam on the whole batch runs here, in the
+judge, and every difference is computed here.
+"""
 
 import math
 
@@ -13,45 +17,48 @@ RANK_PRELOAD = (
 PER_RANK = 4
 
 
-def worker(ShardedAdam, steps, seed, tiny):
-    import copy
+def make_model(seed, tiny):
+    import torch
 
+    torch.manual_seed(seed)
+    if tiny:
+        return torch.nn.Linear(1, 1), 1, 1  # 2 parameters
+    model = torch.nn.Sequential(
+        torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)
+    )  # 66
+    return model, 5, 3
+
+
+def batches(seed, tiny, world, steps):
+    """Every step's whole batch, the same wherever it is drawn."""
+    import torch
+
+    _, n_in, n_out = make_model(seed, tiny)
+    g = torch.Generator().manual_seed(1000 + seed)
+    return [
+        (
+            torch.randn(world * PER_RANK, n_in, generator=g),
+            torch.randn(world * PER_RANK, n_out, generator=g),
+        )
+        for _ in range(steps)
+    ]
+
+
+def worker(ShardedAdam, steps, seed, tiny):
     import torch
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(seed)
-    if tiny:
-        model = torch.nn.Linear(1, 1)  # 2 parameters
-        n_in, n_out = 1, 1
-    else:
-        model = torch.nn.Sequential(
-            torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)
-        )  # 66
-        n_in, n_out = 5, 3
-    whole = copy.deepcopy(model)
+    model, _, _ = make_model(seed, tiny)
     opt = ShardedAdam(model.parameters(), lr=1e-2)
-    opt_whole = torch.optim.Adam(whole.parameters(), lr=1e-2)
-    for _ in range(steps):
-        x, y = torch.randn(world * PER_RANK, n_in), torch.randn(world * PER_RANK, n_out)
-        mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+    mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+    for x, y in batches(seed, tiny, world, steps):
         torch.nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
         for p in model.parameters():  # DDP's averaging, done for you
             dist.all_reduce(p.grad)
             p.grad /= world
         opt.step()
         opt.zero_grad()
-        opt_whole.zero_grad()
-        torch.nn.functional.mse_loss(whole(x), y).backward()
-        opt_whole.step()
-    diff = max(
-        float((p - q).abs().max())
-        for p, q in zip(model.parameters(), whole.parameters())
-    )
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    everyone = torch.empty(world * flat.numel())
-    dist.all_gather_into_tensor(everyone, flat)
-    spread = float((everyone.view(world, -1) - flat).abs().max())
     sizes = {}
     for name in ("exp_avg", "exp_avg_sq"):
         value = getattr(opt, name, None)
@@ -60,10 +67,25 @@ def worker(ShardedAdam, steps, seed, tiny):
             if isinstance(value, torch.Tensor)
             else type(value).__name__
         )
-    return {"diff": diff, "spread": spread, "sizes": sizes, "numel": flat.numel()}
+    return {"params": [p.detach() for p in model.parameters()], "sizes": sizes}
+
+
+def whole_batch(steps, seed, tiny, world):
+    """torch.optim.Adam on the whole batch, in one process: the final weights."""
+    import torch
+
+    whole, _, _ = make_model(seed, tiny)
+    opt = torch.optim.Adam(whole.parameters(), lr=1e-2)
+    for x, y in batches(seed, tiny, world, steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(whole(x), y).backward()
+        opt.step()
+    return [p.detach() for p in whole.parameters()]
 
 
 def run(sol, world, steps=3, seed=0, tiny=False):
+    from _judge.ranks import max_diff
+
     shown = (
         f"{world} ranks, {steps} steps of ShardedAdam(lr=1e-2) on "
         + (
@@ -73,21 +95,25 @@ def run(sol, world, steps=3, seed=0, tiny=False):
         )
         + f", {PER_RANK} examples per rank"
     )
+    expected = whole_batch(steps, seed, tiny, world)  # here, before the ranks run
     results = on_ranks(worker, world, sol.ShardedAdam, steps, seed, tiny)
     for rank, r in enumerate(results):
-        if r["diff"] > 1e-5:
+        diff = max_diff(r["params"], expected)
+        if diff > 1e-5:
             fail(
                 f"on rank {rank} the weights differ from torch.optim.Adam "
-                f"on the whole batch by up to {r['diff']:.3g}",
+                f"on the whole batch by up to {diff:.3g}",
                 input=shown,
             )
-        if r["spread"] > 0:
+        spread = max_diff(r["params"], results[0]["params"])
+        if spread > 0:
             fail(
-                f"rank {rank}'s weights differ from another rank's by "
-                f"{r['spread']:.3g}: every rank must end with every updated slice",
+                f"rank {rank}'s weights differ from rank 0's by "
+                f"{spread:.3g}: every rank must end with every updated slice",
                 input=shown,
             )
-    return shown, results
+    r0 = results[0]["params"]
+    return shown, [{**r, "numel": sum(p.numel() for p in r0)} for r in results]
 
 
 @check("2 ranks: three steps equal torch.optim.Adam on the whole batch")

@@ -21,6 +21,7 @@ def reference_schedule(buckets, ranks, alpha, bandwidth):
 
 def schedule(sol, buckets, ranks, alpha, bandwidth):
     shown = f"link_schedule({buckets!r}, {ranks!r}, {alpha!r}, {bandwidth!r})"
+    expected = reference_schedule(buckets, ranks, alpha, bandwidth)  # before the call
     got = sol.link_schedule([tuple(b) for b in buckets], ranks, alpha, bandwidth)
     expect_type(got, (list, tuple), input=shown)
     if len(got) != len(buckets):
@@ -30,7 +31,6 @@ def schedule(sol, buckets, ranks, alpha, bandwidth):
             input=shown,
             got=got,
         )
-    expected = reference_schedule(buckets, ranks, alpha, bandwidth)
     for k, (g, e) in enumerate(zip(got, expected)):
         expect_type(g, (list, tuple), input=shown, what=f"bucket {k}'s result")
         if len(g) != 3:
@@ -55,9 +55,9 @@ def schedule(sol, buckets, ranks, alpha, bandwidth):
 
 def exposed(sol, sched, end):
     shown = f"exposed_seconds({sched!r}, {end!r})"
-    got = sol.exposed_seconds(sched, end)
+    last = max((d for _, _, d in sched), default=end)  # before the reader's code runs
+    got = sol.exposed_seconds([tuple(s) for s in sched], end)
     expect_type(got, (int, float), input=shown)
-    last = max((d for _, _, d in sched), default=end)
     expect_close(got, max(0.0, last - end), input=shown, abs_tol=1e-15)
 
 

@@ -1,5 +1,10 @@
 """Checks for exercise 18: on gloo ranks, against one process, with the gradient
-bytes a rank holds measured at every reduce-scatter and every fresh gradient."""
+bytes a rank holds measured at every reduce-scatter and every fresh gradient.
+
+The ranks send back their weights; one process's SGD on the whole batch runs
+here, in the judge. The bytes held are measured in the ranks (what a
+determined reader can fake there: practice/README.md).
+"""
 
 import math
 
@@ -49,6 +54,30 @@ def make_tracker():
     return Tracker()
 
 
+def make_model(seed):
+    import torch
+
+    torch.manual_seed(seed)
+    layers = []
+    for _ in range(LAYERS):
+        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers)
+
+
+def batches(seed, world):
+    """Every step's whole batch, the same wherever it is drawn."""
+    import torch
+
+    g = torch.Generator().manual_seed(100 + seed)
+    return [
+        (
+            torch.randn(world * PER_RANK, WIDTH, generator=g),
+            torch.randn(world * PER_RANK, WIDTH, generator=g),
+        )
+        for _ in range(STEPS)
+    ]
+
+
 def worker(Zero2SGD, seed):
     import torch
     import torch.distributed as dist
@@ -56,21 +85,12 @@ def worker(Zero2SGD, seed):
     from _judge.ranks import spy_on_dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-
-    def make_model():
-        torch.manual_seed(seed)
-        layers = []
-        for _ in range(LAYERS):
-            layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()]
-        return torch.nn.Sequential(*layers)
-
-    model, whole = make_model(), make_model()
+    model = make_model(seed)
     tracker = make_tracker()
     for p in model.parameters():  # before the reader's hooks: sees each fresh .grad
         p.register_post_accumulate_grad_hook(lambda p: tracker.note(p.grad))
-    opt_whole = torch.optim.SGD(whole.parameters(), lr=0.1)
     out = {"steps": []}
-    torch.manual_seed(100 + seed)
+    mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
     with (
         spy_on_dist(
             ["reduce_scatter_tensor", "reduce_scatter"],
@@ -82,10 +102,7 @@ def worker(Zero2SGD, seed):
         tracker,
     ):
         opt = Zero2SGD(model, lr=0.1)
-        for _ in range(STEPS):
-            x = torch.randn(world * PER_RANK, WIDTH)
-            y = torch.randn(world * PER_RANK, WIDTH)
-            mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+        for x, y in batches(seed, world):
             before = len(spy.calls)
             torch.nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
             out["steps"].append(
@@ -95,20 +112,22 @@ def worker(Zero2SGD, seed):
                 }
             )
             opt.step()
-            opt_whole.zero_grad()
-            torch.nn.functional.mse_loss(whole(x), y).backward()
-            opt_whole.step()
-    out["diff"] = max(
-        float((p - q).abs().max())
-        for p, q in zip(model.parameters(), whole.parameters())
-    )
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    everyone = torch.empty(world * flat.numel())
-    dist.all_gather_into_tensor(everyone, flat)
-    out["spread"] = float((everyone.view(world, -1) - flat).abs().max())
-    out["params"] = sum(1 for _ in model.parameters())
+    out["params"] = [p.detach() for p in model.parameters()]
     out["peak"] = tracker.peak
     return out
+
+
+def whole_batch(seed, world):
+    """SGD on the whole batch in one process: the final weights."""
+    import torch
+
+    whole = make_model(seed)
+    opt = torch.optim.SGD(whole.parameters(), lr=0.1)
+    for x, y in batches(seed, world):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(whole(x), y).backward()
+        opt.step()
+    return [p.detach() for p in whole.parameters()]
 
 
 def bounds(world):
@@ -127,23 +146,32 @@ def results(sol, world):
         "backward() and opt.step()"
     )
     if world not in _results:
-        _results[world] = on_ranks(worker, world, sol.Zero2SGD, world)
+        expected = whole_batch(world, world)  # here, before the ranks run
+        ranks = on_ranks(worker, world, sol.Zero2SGD, world)
+        for r in ranks:
+            r["expected"] = expected
+            r["n_params"] = len(expected)
+        _results[world] = ranks
     return shown, _results[world]
 
 
 def trains(sol, world):
+    from _judge.ranks import max_diff
+
     shown, ranks = results(sol, world)
     for rank, r in enumerate(ranks):
-        if r["diff"] > 1e-6:
+        diff = max_diff(r["params"], r["expected"])
+        if diff > 1e-6:
             fail(
                 f"on rank {rank} the weights after {STEPS} steps differ from SGD "
-                f"on the whole batch in one process by up to {r['diff']:.3g}",
+                f"on the whole batch in one process by up to {diff:.3g}",
                 input=shown,
             )
-        if r["spread"] > 0:
+        spread = max_diff(r["params"], ranks[0]["params"])
+        if spread > 0:
             fail(
-                f"rank {rank}'s weights differ from another rank's by "
-                f"{r['spread']:.3g}: all-gather every updated slice",
+                f"rank {rank}'s weights differ from rank 0's by "
+                f"{spread:.3g}: all-gather every updated slice",
                 input=shown,
             )
 
@@ -171,10 +199,10 @@ def in_backward(sol):
                         "in the hook, once it is in the flat buffer",
                         input=shown,
                     )
-                if s["reduce_scatters"] != r["params"]:
+                if s["reduce_scatters"] != r["n_params"]:
                     fail(
                         f"on rank {rank}, backward {step} launched "
-                        f"{s['reduce_scatters']} reduce-scatters for {r['params']} "
+                        f"{s['reduce_scatters']} reduce-scatters for {r['n_params']} "
                         "parameters: launch one from each parameter's hook",
                         input=shown,
                     )

@@ -1,5 +1,11 @@
 """Checks for exercise 19: on gloo ranks, against one process, with the gathered
-parameter bytes a rank holds measured at every all-gather."""
+parameter bytes a rank holds measured at every all-gather.
+
+The ranks send back their shards; one process's SGD on the whole batch runs
+here, in the judge, which also puts the shards together. The bytes alive are
+measured in the ranks (what a determined reader can fake there:
+practice/README.md).
+"""
 
 import math
 
@@ -61,6 +67,30 @@ def make_tracker(persistent):
     return Tracker()
 
 
+def make_model(seed):
+    import torch
+
+    torch.manual_seed(seed)
+    layers = []
+    for i, (a, b) in enumerate(zip(DIMS, DIMS[1:])):
+        layers += [torch.nn.Linear(a, b)] + ([torch.nn.Tanh()] if i < 2 else [])
+    return torch.nn.Sequential(*layers)
+
+
+def batches(seed, world):
+    """Every step's whole batch, the same wherever it is drawn."""
+    import torch
+
+    g = torch.Generator().manual_seed(100 + seed)
+    return [
+        (
+            torch.randn(world * PER_RANK, DIMS[0], generator=g),
+            torch.randn(world * PER_RANK, DIMS[-1], generator=g),
+        )
+        for _ in range(STEPS)
+    ]
+
+
 def worker(ShardedLinear, seed):
     import torch
     import torch.distributed as dist
@@ -68,75 +98,36 @@ def worker(ShardedLinear, seed):
     from _judge.ranks import spy_on_dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-
-    def make_model():
-        torch.manual_seed(seed)
-        layers = []
-        for i, (a, b) in enumerate(zip(DIMS, DIMS[1:])):
-            layers += [torch.nn.Linear(a, b)] + ([torch.nn.Tanh()] if i < 2 else [])
-        return torch.nn.Sequential(*layers)
-
-    whole = make_model()
-    plain = make_model()
-    units = [m for m in plain if isinstance(m, torch.nn.Linear)]
-    out = {"steps": [], "layout_problem": None}
+    units = [m for m in make_model(seed) if isinstance(m, torch.nn.Linear)]
     names = [
         "all_gather_into_tensor",
         "all_gather",
         "reduce_scatter_tensor",
         "reduce_scatter",
     ]
-    with spy_on_dist(
-        names,
-        forbid=["all_reduce", "broadcast"],
-        reader_functions=[ShardedLinear.__init__],
-        why="in ZeRO-3 parameters travel by all-gather and gradients by reduce-scatter",
-    ) as spy:
+    spied = {
+        "forbid": ["all_reduce", "broadcast"],
+        "reader_functions": [ShardedLinear.__init__],
+        "why": "in ZeRO-3 parameters travel by all-gather and gradients by "
+        "reduce-scatter",
+    }
+    with spy_on_dist(names, **spied):
         sharded = [ShardedLinear(u) for u in units]
+    out = {
+        "steps": [],
+        "shards": [[p.detach().clone() for p in m.parameters()] for m in sharded],
+    }
+    if any(len(s) != 1 for s in out["shards"]):
+        return out  # the layout is wrong: the check says how
     model = torch.nn.Sequential(
         sharded[0], torch.nn.Tanh(), sharded[1], torch.nn.Tanh(), sharded[2]
     )
-    # The layout: each unit's only parameter is its S elements of the flat vector.
-    for k, (unit, mine) in enumerate(zip(units, sharded)):
-        params = list(mine.parameters())
-        flat = torch.cat([unit.weight.detach().flatten(), unit.bias.detach()])
-        size = math.ceil(flat.numel() / world)
-        padded = torch.zeros(size * world)
-        padded[: flat.numel()] = flat
-        expected = padded[rank * size : (rank + 1) * size]
-        if len(params) != 1 or params[0].numel() != size:
-            out["layout_problem"] = (
-                f"unit {k} (Linear({unit.in_features}, {unit.out_features})) has "
-                f"{len(params)} parameters of {[p.numel() for p in params]} elements: "
-                f"it should have one, its shard of {size} elements"
-            )
-            return out
-        if not torch.equal(params[0].detach().flatten(), expected):
-            out["layout_problem"] = (
-                f"unit {k}'s shard on rank {rank} does not hold elements "
-                f"{rank * size} to {(rank + 1) * size - 1} of the flat vector "
-                "(weight.flatten(), then bias, zero-padded)"
-            )
-            return out
     persistent = {id(p.untyped_storage()) for p in model.parameters()}
     tracker = make_tracker(persistent)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    opt_whole = torch.optim.SGD(whole.parameters(), lr=0.1)
-    torch.manual_seed(100 + seed)
-    with (
-        spy_on_dist(
-            names,
-            forbid=["all_reduce", "broadcast"],
-            reader_functions=[ShardedLinear.__init__],
-            why="in ZeRO-3 parameters travel by all-gather and gradients by "
-            "reduce-scatter",
-        ) as spy,
-        tracker,
-    ):
-        for _ in range(STEPS):
-            x = torch.randn(world * PER_RANK, DIMS[0])
-            y = torch.randn(world * PER_RANK, DIMS[-1])
-            mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+    mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+    with spy_on_dist(names, **spied) as spy, tracker:
+        for x, y in batches(seed, world):
             spy.calls.clear()
             loss = torch.nn.functional.mse_loss(model(x[mine]), y[mine])
             after_forward = tracker.alive(settle_s=0.1)
@@ -155,20 +146,38 @@ def worker(ShardedLinear, seed):
                     ),
                 }
             )
-            opt_whole.zero_grad()
-            torch.nn.functional.mse_loss(whole(x), y).backward()
-            opt_whole.step()
-    diff = 0.0
-    theirs = [m for m in whole if isinstance(m, torch.nn.Linear)]
-    for mine_unit, ref in zip(sharded, theirs):
-        shard = next(mine_unit.parameters()).detach()
-        full = torch.empty(shard.numel() * world)
-        dist.all_gather_into_tensor(full, shard.contiguous())
-        flat = torch.cat([ref.weight.detach().flatten(), ref.bias.detach()])
-        diff = max(diff, float((full[: flat.numel()] - flat).abs().max()))
-    out["diff"] = diff
+    out["final"] = [next(m.parameters()).detach() for m in sharded]
     out["peak"] = tracker.peak
     return out
+
+
+def flat_units(model, world):
+    """Each Linear's weight.flatten() then bias, zero-padded to a multiple of world."""
+    import torch
+
+    out = []
+    for unit in (m for m in model if isinstance(m, torch.nn.Linear)):
+        flat = torch.cat([unit.weight.detach().flatten(), unit.bias.detach()])
+        size = math.ceil(flat.numel() / world)
+        padded = torch.zeros(size * world)
+        padded[: flat.numel()] = flat
+        out.append((padded, size, unit))
+    return out
+
+
+def whole_batch(seed, world):
+    """SGD on the whole batch in one process: each unit's flat weights, at the start
+    and at the end."""
+    import torch
+
+    whole = make_model(seed)
+    start = flat_units(whole, world)
+    opt = torch.optim.SGD(whole.parameters(), lr=0.1)
+    for x, y in batches(seed, world):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(whole(x), y).backward()
+        opt.step()
+    return start, flat_units(whole, world)
 
 
 def unit_bytes(world):
@@ -183,22 +192,54 @@ def results(sol, world):
         "torch.optim.SGD(model.parameters(), lr=0.1)"
     )
     if world not in _results:
-        _results[world] = on_ranks(worker, world, sol.ShardedLinear, world)
-    for rank, r in enumerate(_results[world]):
-        if r["layout_problem"]:
-            fail(f"on rank {rank}: {r['layout_problem']}", input=shown)
-    return shown, _results[world]
+        expected = whole_batch(world, world)  # here, before the ranks run
+        _results[world] = (on_ranks(worker, world, sol.ShardedLinear, world), expected)
+    ranks, (start, _) = _results[world]
+    for rank, r in enumerate(ranks):  # the layout: one parameter, its S elements
+        for k, ((padded, size, unit), params) in enumerate(zip(start, r["shards"])):
+            if len(params) != 1 or params[0].numel() != size:
+                fail(
+                    f"on rank {rank}: unit {k} (Linear({unit.in_features}, "
+                    f"{unit.out_features})) has {len(params)} parameters of "
+                    f"{[p.numel() for p in params]} elements: it should have one, "
+                    f"its shard of {size} elements",
+                    input=shown,
+                )
+            if not bool(
+                (params[0].flatten() == padded[rank * size : (rank + 1) * size]).all()
+            ):
+                fail(
+                    f"on rank {rank}: unit {k}'s shard does not hold elements "
+                    f"{rank * size} to {(rank + 1) * size - 1} of the flat vector "
+                    "(weight.flatten(), then bias, zero-padded)",
+                    input=shown,
+                )
+    return shown, ranks
 
 
 def trains(sol, world):
     shown, ranks = results(sol, world)
-    for rank, r in enumerate(ranks):
-        if r["diff"] > 1e-6:
+    _, (_, final) = _results[world]
+    for k, (padded, _, _) in enumerate(final):
+        # The whole unit, gathered here from every rank's shard.
+        gathered = torch_cat([r["final"][k].flatten() for r in ranks])
+        diff = (
+            float((gathered - padded).abs().max())
+            if gathered.shape == padded.shape
+            else float("inf")
+        )
+        if diff > 1e-6:
             fail(
-                f"on rank {rank} the gathered weights after {STEPS} steps differ "
-                f"from one process's on the whole batch by up to {r['diff']:.3g}",
+                f"the gathered weights of unit {k} after {STEPS} steps differ "
+                f"from one process's on the whole batch by up to {diff:.3g}",
                 input=shown,
             )
+
+
+def torch_cat(tensors):
+    import torch
+
+    return torch.cat(tensors)
 
 
 @check("2 ranks: each keeps its shard; three steps equal one process")

@@ -1,5 +1,10 @@
 """Checks for exercise 20: on 2 gloo ranks, a crashed and resumed run against one
-that never crashed, compared with torch.equal."""
+that never crashed, compared with torch.equal.
+
+The run that never crashed trains on ranks that run none of the reader's code
+(reference_on_ranks); the snapshots of both come back and are compared here,
+in the judge.
+"""
 
 from _judge.checking import check, fail
 from _judge.ranks import on_ranks
@@ -60,6 +65,9 @@ def train(run, sampler, data, save_state, until, every, crash_at=None, saved=Non
             run.step += 1
             if saved is not None and run.step % every == 0:
                 saved["truth"] = snapshot(run)
+                saved.setdefault("truths", {})[run.step] = saved["truth"]
+                if save_state is None:  # the reference run: snapshots only
+                    continue
                 state = save_state(run)
                 buffer = io.BytesIO()
                 try:
@@ -89,17 +97,21 @@ def snapshot(run):
     }
 
 
-def differences(run, truth):
-    """Which pieces of ``run`` differ from the snapshot ``truth``: name -> detail."""
+def differences(now, truth):
+    """Which pieces of the snapshot ``now`` differ from ``truth``: name -> detail.
+
+    Computed in the judge, from the snapshots the ranks send back.
+    """
     import torch
 
-    now = snapshot(run)
     out = {}
-    if not all(torch.equal(a, b) for a, b in zip(now["model"], truth["model"])):
+    if len(now["model"]) != len(truth["model"]) or not all(
+        torch.equal(a, b) for a, b in zip(now["model"], truth["model"])
+    ):
         out["model"] = "the model's weights"
     if not same_optimizer_state(now["optimizer"], truth["optimizer"]):
         out["optimizer"] = "the optimizer's state (AdamW's moments and step counts)"
-    if now["position"] != truth["position"]:
+    if tuple(now["position"]) != tuple(truth["position"]):
         out["position"] = (
             "the data position: the run is at (epoch, batch) = "
             f"{now['position']}, it was saved at {truth['position']}"
@@ -134,11 +146,9 @@ def same_optimizer_state(a, b):
     return True
 
 
-def worker(save_state, load_state):
-    import io
-    import pickle
-    import re
-
+def setup():
+    """The data and this rank's sampler, the same on the reader's and the
+    reference ranks."""
     import torch
     import torch.distributed as dist
     from torch.utils.data import DistributedSampler
@@ -152,14 +162,45 @@ def worker(save_state, load_state):
             range(EXAMPLES), num_replicas=world, rank=rank, shuffle=True, seed=7
         )
 
+    return rank, data, sampler
+
+
+def saved_at(every, crash_at):
+    """The step of the last checkpoint before the crash."""
+    return (crash_at // every) * every
+
+
+def reference_worker():
+    """On ranks that run none of the reader's code: the run that never crashed,
+    at the step of the last checkpoint and at the end, per scenario."""
+    import torch
+
+    rank, data, sampler = setup()
+    out = {}
+    for name, (every, crash_at) in SCENARIOS.items():
+        run, saved = Run(seed=1), {}
+        torch.manual_seed(100 + rank)  # each rank's own dropout masks
+        train(run, sampler(), data, None, TOTAL, every, saved=saved)
+        out[name] = {
+            "truth": saved["truths"][saved_at(every, crash_at)],
+            "end": snapshot(run),
+        }
+    return out
+
+
+def worker(save_state, load_state):
+    """On the reader's ranks: crash, save, load into a fresh run, train to the end;
+    the snapshots right after loading and at the end go back to the judge."""
+    import io
+    import pickle
+    import re
+
+    import torch
+
+    rank, data, sampler = setup()
     out = {}
     for name, (every, crash_at) in SCENARIOS.items():
         result = out[name] = {}
-        whole = Run(seed=1)
-        torch.manual_seed(100 + rank)  # each rank's own dropout masks
-        train(whole, sampler(), data, save_state, TOTAL, every)
-        reference = snapshot(whole)
-
         crashed, saved = Run(seed=1), {}
         torch.manual_seed(100 + rank)
         train(crashed, sampler(), data, save_state, TOTAL, every, crash_at, saved)
@@ -179,16 +220,30 @@ def worker(save_state, load_state):
         fresh = Run(seed=2)  # other weights
         torch.manual_seed(999 + rank)  # another RNG state: a new process
         load_state(fresh, state)
-        result["after_load"] = differences(fresh, saved["truth"])
+        result["after_load"] = snapshot(fresh)
         result["saved_at"] = saved["truth"]["step"]
         train(fresh, sampler(), data, save_state, TOTAL, every)
-        result["at_end"] = differences(fresh, reference)
+        result["at_end"] = snapshot(fresh)
     return out
 
 
 def results(sol):
+    from _judge.ranks import reference_on_ranks
+
     if not _results:
-        _results.extend(on_ranks(worker, WORLD, sol.save_state, sol.load_state))
+        reference = reference_on_ranks(reference_worker, WORLD)
+        for rank, out in enumerate(
+            on_ranks(worker, WORLD, sol.save_state, sol.load_state)
+        ):
+            for name, result in out.items():
+                if "problem" not in result:
+                    truth, end = (
+                        reference[rank][name]["truth"],
+                        reference[rank][name]["end"],
+                    )
+                    result["after_load"] = differences(result["after_load"], truth)
+                    result["at_end"] = differences(result["at_end"], end)
+            _results.append(out)
     return _results
 
 
