@@ -116,9 +116,9 @@ LEDGER_OPS = (  # the group collectives it records, by their torch.distributed n
     "broadcast",
     "reduce",
     "all_gather",
-    "all_gather_into_tensor",
+    "all_gather_single",  # all_gather_into_tensor, its old name, calls it
     "reduce_scatter",
-    "reduce_scatter_tensor",
+    "reduce_scatter_single",  # so does reduce_scatter_tensor
     "all_to_all",
     "all_to_all_single",
     "gather",

@@ -13,9 +13,9 @@ from _judge.ranks import on_ranks
 COLLECTIVES = (
     "all_reduce",
     "reduce_scatter",
-    "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "all_gather",
-    "all_gather_into_tensor",
+    "all_gather_single",
     "broadcast",
     "reduce",
     "all_to_all",

@@ -59,7 +59,7 @@ class ShardedAdam:
         send = torch.zeros(self.shard_size)
         send[: self.end - self.start] = mine
         gathered = torch.empty(self.shard_size * self.world_size)
-        dist.all_gather_into_tensor(gathered, send)
+        dist.all_gather_single(gathered, send)
         unflatten_into(self.params, gathered[: self.numel])
 
     def zero_grad(self):

@@ -12,11 +12,11 @@ RANK_PRELOAD = ("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook",)
 N_ROWS, N_COLS, STEPS = 12, 8, 3
 FORBIDDEN = [
     "all_gather",
-    "all_gather_into_tensor",
+    "all_gather_single",
     "broadcast",
     "reduce",
     "reduce_scatter",
-    "reduce_scatter_tensor",
+    "reduce_scatter_single",
     "send",
     "recv",
 ]

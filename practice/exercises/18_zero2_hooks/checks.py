@@ -93,11 +93,11 @@ def worker(Zero2SGD, seed):
     mine = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
     with (
         spy_on_dist(
-            ["reduce_scatter_tensor", "reduce_scatter"],
+            ["reduce_scatter_single", "reduce_scatter"],
             forbid=["all_reduce"],
             reader_functions=[Zero2SGD.__init__],
             why="in ZeRO-2 a rank receives only its shard of the gradient "
-            "(reduce_scatter_tensor), never the whole of it",
+            "(reduce_scatter_single), never the whole of it",
         ) as spy,
         tracker,
     ):

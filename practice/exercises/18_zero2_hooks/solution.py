@@ -30,7 +30,7 @@ class Zero2SGD:
         torch.div(param.grad.reshape(-1), self.world, out=flat[: param.numel()])
         param.grad = None  # the point of ZeRO-2: no full gradient is kept
         shard = flat.new_empty(size)
-        work = dist.reduce_scatter_tensor(shard, flat, async_op=True)
+        work = dist.reduce_scatter_single(shard, flat, async_op=True)
         self._in_flight.append((param, shard, flat, work))
 
     def _complete_oldest(self):
@@ -48,6 +48,6 @@ class Zero2SGD:
             full[: p.numel()] = p.reshape(-1)
             mine = full[self.rank * size : (self.rank + 1) * size].clone()
             mine -= self.lr * self.grad_shards[p]
-            dist.all_gather_into_tensor(full, mine)
+            dist.all_gather_single(full, mine)
             p.copy_(full[: p.numel()].view_as(p))
         self.grad_shards = {}

@@ -100,9 +100,9 @@ def worker(ShardedLinear, seed):
     rank, world = dist.get_rank(), dist.get_world_size()
     units = [m for m in make_model(seed) if isinstance(m, torch.nn.Linear)]
     names = [
-        "all_gather_into_tensor",
+        "all_gather_single",
         "all_gather",
-        "reduce_scatter_tensor",
+        "reduce_scatter_single",
         "reduce_scatter",
     ]
     spied = {

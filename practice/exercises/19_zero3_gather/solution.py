@@ -9,7 +9,7 @@ import torch.distributed as dist
 def _gather(shard):
     """The full flat parameters of a unit, from every rank's shard."""
     full = shard.new_empty(shard.numel() * dist.get_world_size())
-    dist.all_gather_into_tensor(full, shard)
+    dist.all_gather_single(full, shard)
     return full
 
 
@@ -41,7 +41,7 @@ class _GatherLinear(torch.autograd.Function):
         flat_grad[n_weight : n_weight + out_features] = grad_y.sum(0)
         flat_grad /= world  # the reduce-scatter sums: the mean
         grad_shard = shard.new_empty(shard.numel())
-        dist.reduce_scatter_tensor(grad_shard, flat_grad)
+        dist.reduce_scatter_single(grad_shard, flat_grad)
         return grad_x, grad_shard, None, None
 
 
