@@ -145,6 +145,19 @@ def test_wrong_values_are_refused():
         nt.parse(text)
 
 
+def test_cputime_is_refused_with_the_fix():
+    # all_reduce_perf -C 1 heads the time column "cputime" (src/util.cu) and fills
+    # it with the host's launch time, taken before the collectives complete.
+    lines = fixture("all_reduce_2x8_h100_v2.19.txt").splitlines()
+    text = "\n".join(
+        x.replace("    time ", " cputime ") if "size" in x and "count" in x else x
+        for x in lines
+    )
+    assert " cputime " in text
+    with pytest.raises(ValueError, match="without -C"):
+        nt.parse(text)
+
+
 CLUSTERS = st.builds(
     lambda nodes, g, nics, nic, links: Cluster(
         "synthetic", nodes, g, links * 20e9, nics, nic * 1e9

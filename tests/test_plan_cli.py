@@ -76,6 +76,24 @@ def test_impossible_input_exits_2_with_the_fix():
     assert code == 2 and "1,024 positions" in err
 
 
+def test_a_table_too_wide_for_88_columns_is_split_not_cut():
+    wide = ("--model", "custom", "--layers", "200", "--hidden", "32768", "--heads")
+    wide += ("256", "--ffn", "131072", "--nodes", "1", "--no-checkpointing")
+    code, out, _ = planner(*wide)
+    assert code == 1
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= 88
+    values = {"model": "custom", "layers": 200, "hidden": 32768, "heads": 256}
+    values.update(ffn=131072, nodes=1, checkpointing=False)
+    p, _ = inputs.run(values)
+    _, header, rows = p.tables()[0]
+    for row in rows:  # each cell whole, on a line of its row
+        for key in row[1:]:
+            text = p.values[key].text
+            assert any(x.startswith(row[0]) and text in x for x in lines), (key, text)
+    assert out.count("does not fit") == len(rows)
+
+
 def test_a_model_that_fits_nowhere_exits_1_with_the_smallest_fit():
     code, out, _ = planner("--model", "Llama 3 405B", "--nodes", "8")
     assert code == 1

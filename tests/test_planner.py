@@ -20,7 +20,7 @@ from mylib.models import plan_advice
 from mylib.models import plan_strategies as ps
 from mylib.models import transformer as tf
 from mylib.models.buckets import MB
-from mylib.models.cluster import ALL_GATHER, Cluster, ring, ring_alpha_beta
+from mylib.models.cluster import ALL_GATHER, ALL_REDUCE, Cluster, ring, ring_alpha_beta
 from mylib.models.hardware import NODES, NodeType
 from mylib.models.memory import (
     RECIPES,
@@ -35,7 +35,7 @@ from mylib.models.step_traffic import (
     hsdp_traffic,
     step_totals,
 )
-from mylib.models.timeline import Link, simulate
+from mylib.models.timeline import Layer, Link, simulate
 from mylib.models.timeline_accum import accumulation_step
 from mylib.models.timeline_zero3 import zero3_step
 
@@ -275,6 +275,8 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
         assert p.values[f"comm.{s}.gpu_bytes"].value == pytest.approx(
             steps * traffic["gpu_bytes"], rel=1e-12
         )
+        assert p.costs[s].exposed_s == pytest.approx(steps * one.waiting_s, rel=1e-12)
+        assert p.costs[s].comm_s == pytest.approx(steps * traffic["seconds"], rel=1e-12)
     # ZeRO-2 holds the whole model gathered: chapter 6's count
     whole = fsdp_params_after_forward(psi, c.ranks, 1, bytes_.gather)
     largest = max(x.nbytes for x in step.fsdp_layers) / bytes_.gather * bytes_.reduce
@@ -284,6 +286,40 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
     )
     assert p.values["comm.HSDP.nic_bytes"].value == pytest.approx(
         steps * hsdp["nic_bytes"], rel=1e-12
+    )
+    # HSDP: chapter 6's timeline on one node, plus the exposed tail of chapter 3's
+    # timeline of the gradient shards' all-reduce on the ring of one GPU per node
+    g = c.gpus_per_node
+    node_link = Link(g, *ring_alpha_beta(c.with_nodes(1), g))
+    inside = zero3_step(
+        list(step.fsdp_layers),
+        node_link,
+        prefetch=True,
+        reshard_after_forward=True,
+        forward_ratio=step.forward_ratio,
+    )
+    tail = 0.0
+    if c.nodes > 1:
+        probe = ring(c, ALL_REDUCE, 1.0, 1)
+        cross = Link(c.nodes, probe.latency_s / (2 * (c.nodes - 1)), probe.peak_busbw)
+        shards = [
+            Layer(x.name, x.backward_s, [x.nbytes / bytes_.gather * bytes_.reduce / g])
+            for x in step.fsdp_layers
+        ]
+        tail = simulate(shards, 0, cross, forward_s=step.forward_s).exposed_comm_s
+    assert p.costs["HSDP"].step_s == pytest.approx(
+        steps * (inside.step_s + tail), rel=1e-12
+    )
+    assert p.costs["HSDP"].exposed_s == pytest.approx(
+        steps * (inside.waiting_s + tail), rel=1e-12, abs=1e-15
+    )
+    # one micro-step's compute: the model's FLOPs at the expected efficiency
+    tokens = t.micro_batch * m.seq
+    blocks = m.layers * tf.block_forward_flops(m, tokens)
+    out = tf.output_forward_flops(m, tokens)
+    flops = blocks * (4 if t.checkpointing else 3) + 3 * out
+    assert p.values["run.compute_s"].value == pytest.approx(
+        flops / (node.gpu.peak_flops(t.precision) * t.efficiency), rel=1e-12
     )
     if not p.recommended:
         assert p.advice.startswith("Nothing fits")
@@ -297,10 +333,46 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
     assert p.values["run.mfu"].value == pytest.approx(
         mfu / node.gpu.peak_flops(t.precision), rel=1e-12
     )
+    # scaling against one node: the same strategy and cap on one node, doing
+    # the nodes' micro-steps one after another
+    one_node = c.with_nodes(1)
+    if s in ("DDP", "ZeRO-1"):
+        cap = p.costs[s].cap_mb * MB * share
+        alone = accumulation_step(
+            list(step.ddp_layers),
+            cap,
+            Link(one_node.ranks, *ring_alpha_beta(one_node, one_node.ranks)),
+            steps * nodes,
+            forward_s=step.forward_s,
+            first_cap_bytes=cap,
+        ).step_s
+        if s == "ZeRO-1":
+            alone += ring(one_node, ALL_GATHER, psi * 4).seconds
+        assert p.values["run.scaling"].value == pytest.approx(
+            alone / (nodes * p.costs[s].step_s), rel=1e-9
+        )
+    elif s in ("ZeRO-2", "ZeRO-3"):
+        alone = zero3_step(
+            list(step.fsdp_layers),
+            Link(one_node.ranks, *ring_alpha_beta(one_node, one_node.ranks)),
+            prefetch=True,
+            reshard_after_forward=s == "ZeRO-3",
+            forward_ratio=step.forward_ratio,
+        ).step_s
+        assert p.values["run.scaling"].value == pytest.approx(
+            steps * nodes * alone / (nodes * p.costs[s].step_s), rel=1e-12
+        )
+    # DDP's bucket cap is shown whichever strategy wins
+    family = s if s in ("DDP", "ZeRO-1") else "DDP"
+    assert p.values["run.bucket_cap_mb"].value == p.costs[family].cap_mb
+    assert p.values["run.exposed_default"].value == p.costs[family].default_exposed_s
     # checkpoints (chapter 9)
     mtbf = ci.job_mtbf(t.node_mtbf_days * 86400, nodes)
     daly = ci.daly_interval(t.checkpoint_write_s, mtbf)
     assert p.values["run.checkpoint_every"].value == daly
+    assert p.values["run.checkpoint_steps"].value == max(
+        1, round(daly / p.costs[s].step_s)
+    )
     w = ci.waste_per_work(daly, t.checkpoint_write_s, mtbf, t.restart_s)
     assert p.values["run.lost"].value == ci.lost_fraction(
         daly, t.checkpoint_write_s, mtbf, t.restart_s

@@ -80,6 +80,13 @@ def parse(text):
     if header is None:
         raise ValueError(f"no all_reduce_perf table found: {HINT}")
     columns = _tokens(lines[header])
+    if "cputime" in columns:
+        # -C 1 times the host's launch, before the GPUs finish (src/common.cu).
+        raise ValueError(
+            "this table's time column is 'cputime' (all_reduce_perf -C 1): the "
+            "host's time to launch each collective, not its duration; run "
+            "all_reduce_perf without -C"
+        )
     preamble = columns.index("time")
     rows, hosts, ranks = [], set(), 0
     for line in lines[:header]:

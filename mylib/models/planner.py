@@ -275,6 +275,7 @@ def plan(model, node, nodes, training=Training(), cluster=None):
         "global batch",
     )
     step = micro_step(m, node.gpu, t)
+    numbers.compute(p, step)
     numbers.memory(p, step)
     numbers.communication(p, step)
     fitting = [s for s in ps.STRATEGIES if p.fits[s]]

@@ -97,6 +97,7 @@ class Comparison:
     unit: str
     source: str
     note: str = ""
+    efficiency: object = None  # the kernel efficiency fitted to the smaller run
 
     @property
     def error(self):
@@ -159,6 +160,7 @@ def scaling(run, model, node, small, large, settings, source, strategy="ZeRO-3")
         source,
         f"kernel efficiency {eff:.1%} fitted to the {n_small * g}-GPU row "
         f"({tps_small:,} tokens/s per GPU); {node.about}",
+        eff,
     )
 
 

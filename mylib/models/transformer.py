@@ -313,7 +313,23 @@ MODELS = {
         positions=256,
         dropout=True,
         source="nanoGPT's config/train_shakespeare_char.py (n_layer 6, n_head 6, "
-        "n_embd 384, block_size 256, 65 characters, bias False): trains on a "
-        "laptop's CPU in minutes",
+        "n_embd 384, block_size 256, 65 characters, bias False), the 'baby GPT' its "
+        "README trains on one GPU in minutes",
+    ),
+    "nanoGPT Shakespeare (CPU)": Transformer(
+        "nanoGPT Shakespeare (CPU)",
+        4,
+        128,
+        4,
+        512,
+        65,
+        64,
+        gated_mlp=False,
+        tied=True,
+        biases=False,
+        positions=64,
+        dropout=False,
+        source="nanoGPT's README, the same configuration shrunk for a CPU "
+        "(--n_layer=4 --n_head=4 --n_embd=128 --block_size=64 --dropout=0.0)",
     ),
 }

@@ -55,23 +55,30 @@ def parser():
 
 
 def table(header, rows, width=88):
-    """Rows of text as aligned columns (the first left, the rest right)."""
+    """Rows of text as aligned columns (the first left, the rest right).
+
+    A table wider than ``width`` is printed in parts, each repeating the first
+    column, so that no cell is cut.
+    """
     cols = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    line = "  ".join
-    out = [
-        line(
-            h.ljust(w) if i == 0 else h.rjust(w)
-            for i, (h, w) in enumerate(zip(header, cols))
-        )
-    ]
-    out += [
-        line(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(r, cols))
-        )
-        for r in rows
-    ]
-    return "\n".join(x[:width] for x in out)
+    parts, part = [], [1]
+    for i in range(2, len(header)):
+        if sum(cols[j] + 2 for j in [0, *part, i]) - 2 > width:
+            parts.append(part)
+            part = []
+        part.append(i)
+    parts.append(part)
+
+    def lines(keep):
+        return [
+            "  ".join(
+                str(r[i]).ljust(cols[i]) if i == 0 else str(r[i]).rjust(cols[i])
+                for i in [0, *keep]
+            ).rstrip()
+            for r in [header] + rows
+        ]
+
+    return "\n\n".join("\n".join(lines(keep)) for keep in parts if keep)
 
 
 def wrap(text, indent=""):
