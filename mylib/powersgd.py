@@ -35,7 +35,10 @@ One difference is on purpose: PyTorch issues the second and third
 all-reduces from future callbacks, which run on a communication thread and
 may reach the process group before or after the next bucket's all-reduce;
 this hook issues all of them from the calling thread, so every rank issues
-every collective in the same order, whatever the number of buckets.
+every collective in the same order, whatever the number of buckets. It also
+keeps less: per bucket the error and Q (PyTorch keeps P too), and the error's
+buffer holds the corrected gradient during the step, where PyTorch clones the
+bucket (``mylib.experiments.powersgd_costs`` counts both).
 """
 
 import numpy as np
@@ -172,9 +175,14 @@ def powersgd_hook(state, bucket):
         return allreduce_average_hook(group, bucket)
     index = bucket.index()
     if state.use_error_feedback:
-        flat.add_(state.error_dict.setdefault(index, torch.zeros_like(flat)))
-        # what we want to send; minus what arrives is next step's error
-        corrected = flat.clone()
+        error = state.error_dict.get(index)
+        if error is None:  # the first compressed step: no error yet
+            error = state.error_dict[index] = torch.zeros_like(flat)
+        flat.add_(error)
+        # What we want to send, kept in the error's own buffer: minus what arrives,
+        # it is next step's error. No copy of the bucket per step (PyTorch's hook
+        # clones it, and allocates the new error besides).
+        error.copy_(flat)
     compress, plain = compression_plan(bucket.gradients(), state)
     state.numel_before += flat.numel()
     state.numel_after += sum(g.numel() for g in plain) + sum(
@@ -221,7 +229,7 @@ def powersgd_hook(state, bucket):
             # the matrices are views of the bucket: this fills it
             torch.matmul(p, q.t(), out=matrix)
         if state.use_error_feedback:
-            state.error_dict[index] = corrected - flat
+            error.sub_(flat)
         if state.warm_start:
             state.q_memory_dict[index] = q_flat
         state.maybe_increase_iter(bucket)

@@ -149,12 +149,37 @@ def test_rounding_bound_in_units():
         rounding_bound_in_units(0)
 
 
-def test_pytorch_ddp_refuses_bf16_compress_hook_by_name_without_nccl():
-    from mylib.experiments.compress_check import ddp_refuses_bf16_hook_by_name
+def test_pytorch_ddp_takes_the_bf16_hook_by_the_build_not_the_gpu():
+    """DDP refuses ``bf16_compress_hook`` by name unless the build has CUDA or ROCm
+    with NCCL >= 2.10 (or XPU with XCCL): a GPU need not be there."""
+    from mylib.experiments.powersgd_costs import bf16_hook_accepted
 
-    refusals = run_ranks(ddp_refuses_bf16_hook_by_name, 2)
-    if not torch.cuda.is_available():  # this book's CPU build
-        assert all("NCCL 2.10" in r for r in refusals), refusals
+    if torch.version.cuda is None and torch.version.hip is None:  # this book's build
+        for accepted, refusal, _ in run_ranks(bf16_hook_accepted, 2):
+            assert not accepted and "NCCL 2.10" in refusal, refusal
+    for accepted, refusal, gpu in run_ranks(
+        bf16_hook_accepted, 2, kwargs={"as_cuda_build": True}
+    ):
+        assert accepted and refusal is None
+        assert gpu == torch.cuda.is_available()
+
+
+def test_ddp_buckets_one_at_first_then_a_first_bucket_of_1_mib():
+    """The glossary's bucket entry: 25 MiB cap, first bucket 1 MiB after the rebuild."""
+    import torch.distributed as dist
+
+    from mylib.experiments.compress_check import ddp_bucket_bytes
+
+    mib, layer = 2**20, (512 * 512 + 512) * 4  # a Linear(512, 512): 1 MiB + 2 KiB
+    assert dist._DEFAULT_FIRST_BUCKET_BYTES == mib
+    steps = run_ranks(ddp_bucket_bytes, 2)[0]
+    assert steps[0] == [8 * layer]  # the first step: everything in one bucket
+    assert steps[1] == steps[2] == [layer, 7 * layer]  # rebuilt: closes at >= 1 MiB
+    # find_unused_parameters=True: cut at construction, in registration order, and
+    # never rebuilt: the 1 MiB bucket holds the first layer's weight, whose gradient
+    # comes last.
+    steps = run_ranks(ddp_bucket_bytes, 2, kwargs={"find_unused_parameters": True})[0]
+    assert steps == [[8 * layer - mib, mib]] * 3
 
 
 def test_integer_bucket_names_the_problem():

@@ -58,6 +58,50 @@ def test_mylib_hooks_run_on_pytorch_ddp():
         )  # same hook, same bucket: the same bits
 
 
+def test_a_compressed_step_costs_three_products_per_matrix_and_pytorch_copies():
+    """Chapter 5: what a compressed step costs besides the bytes, on its model."""
+    from mylib.experiments.powersgd_costs import char_model_shapes, powersgd_step_costs
+
+    rank = 4
+    out = run_ranks(powersgd_step_costs, 2, kwargs={"rank": rank})[0]
+    shapes = char_model_shapes()
+    state = PowerSGDState(None, rank, start_powerSGD_iter=2)
+    grads = [torch.zeros(s) for s in shapes]
+    compress, _ = compression_plan(grads, state)
+    p_elements = sum(m.shape[0] * r for m, r in compress)
+    q_elements = sum(m.shape[1] * r for m, r in compress)
+    theirs, mine = out["PyTorch"], out["mylib"]
+    for o in (theirs, mine):
+        assert o["compressed"] == len(compress) == 4
+        # P = M Q, Q = M^T P, M ~ P Q^T: three products per matrix, every step
+        assert o["products"] == [3 * len(compress)] * 3
+        numel = sum(s.numel() for s in shapes)
+        assert o["error_bytes"] == o["bucket_bytes"] == 4 * numel
+        assert o["q_bytes"] == 4 * q_elements
+    assert theirs["p_bytes"] == 4 * p_elements and mine["p_bytes"] == 0
+    # PyTorch: the error (first step only), then a clone of the bucket and the new
+    # error every step; mylib: the error once, reused as the copy.
+    assert theirs["new_bucket_sized"] == [3, 2, 2]
+    assert mine["new_bucket_sized"] == [1, 0, 0]
+
+
+def test_pytorch_powersgd_chains_its_three_all_reduces():
+    """The rest's all-reduce, then P's from its callback, then Q's from P's."""
+    from mylib.experiments.powersgd_costs import allreduce_chain, char_model_shapes
+
+    rank = 4
+    issued = run_ranks(allreduce_chain, 2, kwargs={"rank": rank})[0]
+    shapes = char_model_shapes()
+    state = PowerSGDState(None, rank, start_powerSGD_iter=2)
+    compress, plain = compression_plan([torch.zeros(s) for s in shapes], state)
+    assert [n for n, _ in issued] == [
+        sum(g.numel() for g in plain),
+        sum(m.shape[0] * r for m, r in compress),
+        sum(m.shape[1] * r for m, r in compress),
+    ]
+    assert all(done for _, done in issued)  # each issued once the one before is done
+
+
 def _many_buckets(steps=6):
     """MyDDP with 1 KB buckets and PowerSGD.
 

@@ -12,6 +12,7 @@ every rank of a process group (``mylib.run_ranks``).
 * :func:`mylib_hooks_on_pytorch_ddp`: the other way round.
 * :func:`through_each_hook`: the ranges of fp16 and bf16.
 * :func:`error_feedback_ledger`: PowerSGD's error feedback loses nothing.
+* :func:`bucket_layouts`, :func:`ddp_bucket_bytes`: the buckets a hook sees.
 
 What the hooks do to training is :mod:`mylib.experiments.compress_training`.
 """
@@ -41,9 +42,9 @@ def _torch_hook(name, **powersgd):
         ), torch_powersgd.powerSGD_hook
     hook = getattr(default_hooks, f"{name}_compress_hook")
 
-    # DDP refuses a function *named* bf16_compress_hook unless NCCL >= 2.10 is
-    # there; gloo sums bf16 fine, so DDP gets PyTorch's very function under
-    # another name.
+    # DDP refuses a function *named* bf16_compress_hook unless the build has
+    # CUDA or ROCm with NCCL >= 2.10, or XPU with XCCL; gloo sums bf16 fine, so
+    # DDP gets PyTorch's very function under another name.
     def pytorch_hook(state, bucket):
         return hook(state, bucket)
 
@@ -169,7 +170,7 @@ def mylib_hooks_on_pytorch_ddp(steps=5, sizes=(12, 32, 32, 6)):
         for model in models:
             state, hook = my_hook(name, **settings)
             # DDP checks a hook's parameter names (state, bucket), and refuses one
-            # named bf16_compress_hook on gloo.
+            # named bf16_compress_hook on a build without CUDA/ROCm and NCCL.
             model.register_comm_hook(
                 state, lambda state, bucket, hook=hook: hook(state, bucket)
             )
@@ -220,22 +221,33 @@ def bucket_layouts(steps=2, sizes=(12, 32, 32, 6)):
     return out
 
 
-def ddp_refuses_bf16_hook_by_name(sizes=(4, 3)):
-    """On every rank: what PyTorch's DDP says to ``default_hooks.bf16_compress_hook``.
+def ddp_bucket_bytes(find_unused_parameters=False, steps=3, layers=8, width=512):
+    """On every rank: the bytes of each bucket PyTorch's DDP hands a hook, per step.
 
-    ``DistributedDataParallel.register_comm_hook`` refuses a hook *named*
-    ``bf16_compress_hook`` unless CUDA with NCCL 2.10 or later (or XPU with
-    XCCL) is there, whatever the process group. Returns the refusal's
-    message, or None if the hook was accepted.
+    A stack of ``Linear(width, width)`` (1 MiB and 2 KiB each, in fp32) under
+    DDP's default cap (``bucket_cap_mb=None``: 25 MiB, first bucket 1 MiB).
+    Returns one list per step, in the order the hook saw the buckets. DDP
+    sends everything in one bucket in its first step and then rebuilds the
+    buckets in the order the gradients arrived; with ``find_unused_parameters``
+    it cuts the buckets at construction and never rebuilds them.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    ddp = nn.parallel.DistributedDataParallel(mlp(sizes, seed=0))
-    try:
-        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
-    except TypeError as refusal:
-        return str(refusal)
-    return None
+    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+    ddp = nn.parallel.DistributedDataParallel(
+        model, find_unused_parameters=find_unused_parameters
+    )
+    seen = []
+
+    def hook(state, bucket):
+        seen[-1].append(bucket.buffer().nbytes)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    for _ in range(steps):
+        seen.append([])
+        ddp(torch.ones(2, width)).sum().backward()
+    return seen
 
 
 def through_each_hook(scale):
