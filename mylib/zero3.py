@@ -10,181 +10,32 @@ them, and rebuilds a *unit* (a layer, a block) just in time:
   keeps the averaged gradient of its shard only, and free everything full.
 
 So a rank holds its shards plus the full parameters of one unit (two with
-prefetching), and sends 3 psi per step (two all-gathers and a
+prefetching), and sends 3 psi elements per step (two all-gathers and a
 reduce-scatter) against DDP's 2 psi. This is what PyTorch's FSDP does. Its
 gradients peak at its shard plus two units' worth: the unit whose
-reduce-scatter is in flight, and the one being computed (whose gradients,
-one per parameter, are copied into one flat gradient once the one in
-flight is done).
+reduce-scatter is in flight, and the one being computed.
 
-How the pieces fit torch's autograd. Each unit's parameters live in one flat
-*full* buffer (a leaf tensor that requires grad), laid out as in ZeRO-1
-(:class:`mylib.zero1.FlatParams`). Before the forward the module's parameter
-slots are pointed at views of that buffer, so autograd accumulates all of
-the unit's gradients into one flat ``full.grad``, and a single
-post-accumulate-grad hook on it says "this unit's gradient is complete".
-Freeing the buffer resizes its storage to zero bytes; gathering resizes it
-back, so the views autograd saved in the forward see the parameters again
-in the backward. A hook on the unit's outputs fires just before the unit's
-backward starts.
-
-Outside forward and backward, each original parameter holds *its piece* of
-this rank's shard (a 1-D view, empty where the shard misses it), and after
-the backward its ``.grad`` is the matching piece of the averaged gradient.
-So a plain ``torch.optim.AdamW(model.parameters())`` updates exactly this
-rank's shard, with parameter groups, schedulers and frozen parameters as
-usual (as FSDP's ``use_orig_params=True``), for element-wise optimizers.
-
-Mixed precision as FSDP2 does it (``mp_policy``, a
-:class:`MixedPrecisionPolicy`): the shards stay in the parameters' own dtype
-(fp32: they are the master copy the optimizer steps), each is cast to
-``param_dtype`` before the all-gather (so the gather sends half the bytes in
-bf16), the unit computes in ``param_dtype``, and its gradient is copied into
-``reduce_dtype`` for the reduce-scatter and kept, averaged, in the shard's
-dtype. ``ignored_params`` stay whole on every rank, in their own dtype, and
-their gradients are *not* averaged, as FSDP2's (chapter 6 says what to do).
+:class:`ShardedModel` is the scheduling: hooks on each unit's module gather
+before its forward, free after it, and hook the unit's outputs, whose
+gradient arrives just before the unit's backward; the module's parameter
+slots point at views of the unit's full buffer (:mod:`mylib.zero3_flat`), so
+autograd accumulates the unit's whole gradient into one flat ``full.grad``
+and a single post-accumulate-grad hook says it is complete. A plain
+``torch.optim.AdamW(model.parameters())`` then steps this rank's shard, with
+parameter groups and frozen parameters as usual (as FSDP's
+``use_orig_params=True``), for element-wise optimizers. ``mp_policy`` and
+``ignored_params`` are ``fully_shard``'s: ignored parameters stay whole on
+every rank and their gradients are *not* averaged (chapter 6 says what to do).
 """
-
-import dataclasses
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from mylib import comm
-from mylib.zero1 import FlatParams
+from mylib.zero3_flat import MixedPrecisionPolicy, ShardedFlat, cast_at_the_edges
 
-
-@dataclasses.dataclass(frozen=True)
-class MixedPrecisionPolicy:
-    """FSDP2's mixed precision, field for field (``torch.distributed.fsdp``'s).
-
-    ``param_dtype``: the dtype parameters are all-gathered and computed in
-    (None: their own). ``reduce_dtype``: the dtype gradients are
-    reduce-scattered in (None: the dtype they were computed in).
-    ``output_dtype``: cast each unit's floating-point outputs to it (None:
-    leave them). ``cast_forward_inputs``: cast each unit's floating-point
-    inputs to ``param_dtype``. PyTorch's own policy object works here too.
-    """
-
-    param_dtype: torch.dtype | None = None
-    reduce_dtype: torch.dtype | None = None
-    output_dtype: torch.dtype | None = None
-    cast_forward_inputs: bool = True
-
-
-class ShardedFlat:
-    """Parameters of one unit with the same requires_grad and dtype.
-
-    They are held as a persistent shard (in their dtype) and a transient full
-    buffer (in the policy's ``param_dtype``).
-    """
-
-    def __init__(self, params, places, world_size, rank, process_group, policy):
-        self.layout = FlatParams(params, world_size, rank)
-        self.params, self.places, self.process_group = (
-            self.layout.params,
-            places,
-            process_group,
-        )
-        self.shapes = [p.shape for p in self.params]
-        self.trainable = params[0].requires_grad
-        with torch.no_grad():
-            flat = self.layout.flatten([p.detach() for p in self.params])
-        self.shard = flat[self.layout.shard_start : self.layout.shard_end].clone()
-        # As FSDP2 (FSDPParam.init_dtype_attrs): compute in param_dtype, reduce
-        # in reduce_dtype; a policy naming the dtype already there changes nothing.
-        compute = policy.param_dtype if flat.is_floating_point() else None
-        self.compute_dtype = compute or flat.dtype
-        self.reduce_dtype = policy.reduce_dtype or self.compute_dtype
-        self.full = torch.empty_like(flat, dtype=self.compute_dtype)
-        self.full.requires_grad_(self.trainable)
-        self.full_bytes = self.full.numel() * self.full.element_size()
-        self.grad_shard = None
-        for p, offset, numel in zip(
-            self.params, self.layout.offsets, self.layout.numels
-        ):
-            start = min(
-                max(offset - self.layout.shard_start, 0), self.layout.shard_numel
-            )
-            end = min(
-                max(offset + numel - self.layout.shard_start, 0),
-                self.layout.shard_numel,
-            )
-            # this rank's piece of p: all the optimizer will see
-            p.data = self.shard[start:end]
-        self.free()
-
-    def gather(self, async_op=False):
-        """Allocate the full buffer, all-gather the shards into it.
-
-        Returns the work if ``async_op``.
-        """
-        self.full.untyped_storage().resize_(self.full_bytes)
-        # The master shard cast first (no copy without a policy): a bf16 gather
-        # sends half the bytes of an fp32 one.
-        self.sent = self.shard.to(self.compute_dtype)
-        # Write through .data: autograd must not count the refill as an
-        # in-place change of the views it saved.
-        return comm.all_gather_single(
-            self.full.data, self.sent, group=self.process_group, async_op=async_op
-        )
-
-    def free(self):
-        """Give the full buffer's memory back, and the cast shard's.
-
-        Views of it stay valid, and the next gather refills them.
-        """
-        self.full.untyped_storage().resize_(0)
-        self.sent = None
-
-    def use_full(self):
-        """Point every module slot of every parameter at a view of the full buffer.
-
-        Autograd tracks the views. Returns the autograd node that will
-        concatenate the views' gradients into the flat ``full.grad`` (None
-        when no gradient is recorded).
-        """
-        padding = self.layout.numel - sum(self.layout.numels)
-        # One split: its backward builds the whole flat gradient in one concatenation.
-        views = self.full.split(self.layout.numels + [padding])
-        for view, shape, places in zip(views, self.shapes, self.places):
-            for module, name in places:
-                module._parameters[name] = view.view(shape)
-        return views[0].grad_fn
-
-    def use_pieces(self):
-        """Put the original parameters back into their module slots.
-
-        They hold this rank's pieces.
-        """
-        for p, places in zip(self.params, self.places):
-            for module, name in places:
-                module._parameters[name] = p
-
-    def drop_cleared_grad_shard(self):
-        """After ``zero_grad()`` (a piece's ``.grad`` is None) free the old shard now.
-
-        Otherwise it would live on until the new one arrives.
-        """
-        if any(p.grad is None for p in self.params):
-            self.grad_shard = None
-
-    def add_grad_shard(self, received):
-        """Keep this rank's averaged gradient shard; expose its pieces as ``p.grad``.
-
-        It is kept in the shard's dtype (fp32 under a bf16 policy), as FSDP2.
-        """
-        received = received.to(self.shard.dtype)
-        if self.grad_shard is None or any(
-            p.grad is None for p in self.params
-        ):  # zero_grad() ran
-            self.grad_shard = received
-        else:  # gradient accumulation: several backwards before a step
-            self.grad_shard += received
-        for p in self.params:
-            offset = p.data.storage_offset() - self.shard.storage_offset()
-            p.grad = self.grad_shard[offset : offset + p.numel()]
+__all__ = ["MixedPrecisionPolicy", "ShardedFlat", "ShardedModel", "Unit"]
 
 
 class Unit:
@@ -236,10 +87,7 @@ class ShardedModel(nn.Module):
             )
         self.module, self.process_group, self.prefetch = module, process_group, prefetch
         self.mp_policy, self.ignored_params = mp_policy, set(ignored_params)
-        world_size, rank = (
-            dist.get_world_size(process_group),
-            dist.get_rank(process_group),
-        )
+        world = dist.get_world_size(process_group), dist.get_rank(process_group)
         members = {m: {id(sub) for sub in m.modules()} for m in [module, *unit_modules]}
         for m in unit_modules:
             if id(m) not in members[module]:
@@ -261,20 +109,12 @@ class ShardedModel(nn.Module):
         }
         self.units = []
         for u in members:
-            groups = {}
-            for p in places:
-                if owner[p] is u:
-                    groups.setdefault((p.requires_grad, p.dtype, p.device), []).append(
-                        p
-                    )
+            groups = {}  # one flat per requires_grad, dtype and device
+            for p in (p for p in places if owner[p] is u):
+                groups.setdefault((p.requires_grad, p.dtype, p.device), []).append(p)
             flats = [
                 ShardedFlat(
-                    ps,
-                    [places[p] for p in ps],
-                    world_size,
-                    rank,
-                    process_group,
-                    mp_policy,
+                    ps, [places[p] for p in ps], *world, process_group, mp_policy
                 )
                 for ps in groups.values()
             ]
@@ -286,7 +126,7 @@ class ShardedModel(nn.Module):
             unit.module.register_forward_hook(
                 lambda m, args, out, unit=unit: self._post_forward(unit, out)
             )
-            self._cast_at_the_edges(unit.module)
+            cast_at_the_edges(unit.module, mp_policy)
             for flat in unit.flats:
                 if flat.trainable:
                     flat.full.register_post_accumulate_grad_hook(
@@ -295,32 +135,12 @@ class ShardedModel(nn.Module):
                         )
                     )
         self.gathered_bytes = self.peak_gathered_bytes = 0
-        # units in the order they ran, last step
-        self._order = {
-            "forward": [],
-            "backward": [],
-        }
+        # units in the order they ran, last step (_order) and in this one (_seen)
+        self._order = {"forward": [], "backward": []}
         self._seen = {"forward": [], "backward": []}
         # the reduce-scatter still running: at most one, to bound memory
         self._in_flight = None
         self._backward_running = False
-
-    def _cast_at_the_edges(self, module):
-        """Mixed precision, as FSDP2 per module: inputs in, outputs out.
-
-        Floating-point inputs are cast to ``param_dtype`` (after the gather),
-        outputs to ``output_dtype`` (after the hooks on them).
-        """
-        policy = self.mp_policy
-        if policy.cast_forward_inputs and policy.param_dtype is not None:
-            module.register_forward_pre_hook(
-                lambda m, args, kwargs: _cast(policy.param_dtype, (args, kwargs)),
-                with_kwargs=True,
-            )
-        if policy.output_dtype is not None:
-            module.register_forward_hook(
-                lambda m, args, out: _cast(policy.output_dtype, out)
-            )
 
     def forward(self, *args, **kwargs):
         """Run the wrapped module.
@@ -455,37 +275,16 @@ class ShardedModel(nn.Module):
     def full_parameters(self):
         """``{name: full tensor}`` for every parameter, gathered on every rank.
 
-        The tensors are copies.
+        The tensors are copies; ignored parameters are whole already.
         """
         full = {}
         for unit in self.units:
             for flat in unit.flats:
-                buffer = torch.empty(
-                    flat.layout.numel, dtype=flat.shard.dtype, device=flat.shard.device
-                )
-                comm.all_gather_single(buffer, flat.shard, group=self.process_group)
-                for p, shape, offset, numel in zip(
-                    flat.params, flat.shapes, flat.layout.offsets, flat.layout.numels
-                ):
-                    full[p] = buffer[offset : offset + numel].view(shape).clone()
+                full.update(flat.full_copies())
         return {
-            name: full[p] if p in full else p.detach().clone()  # ignored: whole
+            name: full[p] if p in full else p.detach().clone()
             for name, p in self.module.named_parameters()
         }
-
-
-def _cast(dtype, obj):
-    """``obj`` with every floating-point tensor in it cast to ``dtype``.
-
-    ``obj`` is a tensor, or tuples, lists and dicts of them.
-    """
-    if torch.is_tensor(obj):
-        return obj.to(dtype) if obj.is_floating_point() else obj
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_cast(dtype, item) for item in obj)
-    if isinstance(obj, dict):
-        return {key: _cast(dtype, item) for key, item in obj.items()}
-    return obj
 
 
 def _tensors(output):

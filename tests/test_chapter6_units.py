@@ -1,4 +1,4 @@
-"""Chapter 6's tables, in units of psi bytes, agree with the memory model.
+"""Chapter 6's tables, in multiples of psi bytes, agree with the memory model.
 
 And every chapter writes a multiple of psi with its unit (bytes, elements).
 
@@ -7,7 +7,9 @@ parameters (``2 psi`` bytes: psi parameters in bf16), in two tables: the ZeRO
 paper's accounting per stage, and PyTorch's mixed-precision setups. Each cell
 is read back (``a psi``, ``b psi/N`` and sums of them) and compared with
 :mod:`mylib.models.memory` at several N: the bytes kept, and the bytes sent per
-step for large N.
+step for large N. Chapter 6's figures, its calculator's readout and its printed
+outputs get the same rule (Ψ, a count; every multiple of it says bytes or
+elements), and K, wherever it is set, names its optimizer.
 """
 
 import json
@@ -174,3 +176,98 @@ def test_the_measured_section_keeps_the_unit_and_changes_the_factors():
     assert "$4\\Psi$ bytes of parameters, $4\\Psi$ bytes of gradients" in " ".join(
         text.split()
     )
+
+
+# -- chapter 6's figures and readouts: Ψ is a count, a size says its unit ------------
+
+PSI_IN_TEXT = re.compile(r"(\d+(?:\.\d+)?|K)\s*Ψ(/N)?(?!\w)")
+SIZE = re.compile(r"(\d+(?:\.\d+)?|K)\s*Ψ(/N)?\s+(bytes|elements)\b")
+
+
+def figure_texts(svg):
+    """Every text and tooltip of an SVG, as strings."""
+    import xml.etree.ElementTree as ET
+
+    return ["".join(e.itertext()) for e in ET.fromstring(svg).iter() if e.text]
+
+
+def chapter_figures():
+    from mylib.figures.memory import memory_figure, sharding_picture
+    from mylib.figures.timeline_zero3 import zero3_timeline_figure
+    from mylib.figures.unit_life import unit_life_picture
+
+    yield "sharding picture", sharding_picture(4)
+    yield "unit's life", unit_life_picture()
+    yield "ZeRO-3 timeline", zero3_timeline_figure()
+    for stage in (0, 1, 2, 3):
+        for k in (0, 8, 12):
+            yield (
+                f"calculator, stage {stage}, K = {k}",
+                memory_figure(7.5, 64, stage, k),
+            )
+
+
+@pytest.mark.parametrize("name, svg", list(chapter_figures()), ids=lambda x: x[:40])
+def test_every_multiple_of_psi_in_a_figure_says_bytes_or_elements(name, svg):
+    texts = figure_texts(svg)
+    assert not [t for t in texts if re.search(r"\bpsi\b", t, re.I)], name
+    for text in texts:
+        found = PSI_IN_TEXT.findall(text)
+        sized = SIZE.findall(text)
+        assert len(found) == len(sized), f"{name}: {text!r}"
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("ranks", [2, 64, 1024])
+def test_the_calculators_traffic_readout_gives_elements_and_bytes(stage, ranks):
+    """``sends 44.3 GB a step (3Ψ elements, 6Ψ bytes)``: the model's numbers."""
+    import xml.etree.ElementTree as ET
+
+    from mylib.figures.memory import memory_figure
+    from mylib.models.memory import GB, comm_volume_in_psi
+
+    svg = ET.fromstring(memory_figure(7.5, ranks, stage, 12))
+    (readout,) = [e for e in svg.iter() if e.get("data-metric") == "sent_gb"]
+    text = "".join(readout.itertext())
+    m = re.fullmatch(r"sends (\S+) GB a step \((\d+)Ψ elements, (\d+)Ψ bytes\)", text)
+    assert m, text
+    elements = comm_volume_in_psi(stage)
+    assert (int(m[2]), int(m[3])) == (elements, 2 * elements)  # bf16: 2 bytes each
+    sent = sum(comm_per_step(7.5e9, ranks, stage).values())
+    assert float(readout.get("data-value")) == pytest.approx(sent / GB)
+    # the label's bytes times the ring's (N-1)/N are what is sent
+    assert sent == pytest.approx(2 * elements * 7.5e9 * (ranks - 1) / ranks)
+
+
+def test_the_figures_legends_name_k_and_its_optimizer():
+    from mylib.figures.livefig import Slider
+    from mylib.figures.memory import MEMORY_SLIDERS, sharding_picture
+    from mylib.figures.unit_life import unit_life_picture
+
+    (k,) = [Slider(**s) for s in MEMORY_SLIDERS if s["name"] == "k"]
+    assert "optimizer bytes per parameter" in k.label
+    assert "optimizer state (KΨ bytes, K = 12)" in figure_texts(sharding_picture(4))
+    assert any(
+        "mixed-precision Adam (K = 12)" in t for t in figure_texts(unit_life_picture())
+    )
+
+
+def test_every_k_in_the_chapter_names_its_optimizer():
+    """K is 12, 8, 4 or 0 by optimizer: wherever the prose sets it, it says which."""
+    for paragraph in prose(CHAPTER):
+        for m in re.finditer(r"K\s*=\s*(\d+)", paragraph):
+            around = paragraph[max(0, m.start() - 200) : m.end() + 200]
+            assert re.search(r"Adam|SGD|optimizer", around), around
+
+
+def test_chapter_6s_printed_outputs_say_bytes_or_elements():
+    """What the chapter's cells print: every multiple of Ψ with its unit."""
+    outputs = []
+    for cell in json.loads(CHAPTER.read_text())["cells"]:
+        for out in cell.get("outputs", []):
+            outputs.append("".join(out.get("text", "")))
+    text = "\n".join(outputs)
+    assert "Ψ" in text
+    assert not re.search(r"\d\s*psi\b", text), "write Ψ with its unit, not psi"
+    for line in text.splitlines():
+        assert len(PSI_IN_TEXT.findall(line)) == len(SIZE.findall(line)), line

@@ -112,13 +112,11 @@ def test_the_13b_exercise_of_chapter_6():
 def test_the_zero3_timeline_prints_decimal_bytes_like_the_chapter():
     from mylib.figures.timeline_zero3 import zero3_timeline_figure
 
-    svg = zero3_timeline_figure()  # 12 layers of 100M bf16 parameters, 8 ranks
-    assert (
-        "sent per rank 4.20 GB" in svg and "whole at once 2.40 GB" in svg
-    )  # DDP: 2 x 7/8 x 2.4 GB sent
-    assert (
-        "sent per rank 6.30 GB" in svg and "whole at once 200 MB" in svg
-    )  # ZeRO-3: 1.5 x DDP, one layer
+    svg = zero3_timeline_figure()  # 12 layers of 100M bf16 parameters, 32 ranks
+    ring = 31 / 32  # of each buffer, a rank sends (N-1)/N
+    ddp, zero3 = 2 * ring * 2.4, 3 * ring * 2.4  # GB: the model is 2.4 GB in bf16
+    assert f"sent per rank {ddp:.2f} GB" in svg and "whole at once 2.40 GB" in svg
+    assert f"sent per rank {zero3:.2f} GB" in svg and "whole at once 200 MB" in svg
 
 
 @settings(max_examples=200)

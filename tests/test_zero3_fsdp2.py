@@ -14,8 +14,9 @@ is b + a, bit for bit), so the two must agree exactly, under every policy. On
 float32 at most, which 10 AdamW steps keep below CHECK_TOL (1e-5, the fp32
 check of tests/test_zero3.py); bf16 sums (reduce_dtype bf16) differ by whole bf16
 roundings, which Adam, dividing by the root of a tiny second moment, can turn
-into steps of the learning rate: there only the first, not the parameters, is
-compared (dtypes, bytes).
+into steps of the learning rate. There the parameters are not compared; the
+first averaged gradient is, against a bound from the rounding itself
+(:func:`test_bf16_reductions_agree_within_their_rounding`).
 """
 
 import pytest
@@ -24,7 +25,12 @@ import torch.distributed as dist
 
 from mylib import run_ranks
 from mylib.experiments.common import max_param_diff
-from mylib.experiments.fsdp2_check import POLICIES, block_norms, train_both_ways
+from mylib.experiments.fsdp2_check import (
+    POLICIES,
+    block_norms,
+    local_gradients,
+    train_both_ways,
+)
 from mylib.experiments.zero_check import (
     CHECK,
     CHECK_TOL,
@@ -56,6 +62,39 @@ def test_same_parameters_as_fully_shard_with_the_same_policy(both, policy):
         # fp32 master shards, fp32 gradients on the shard, whatever the policy
         for way in (mine, theirs):
             assert way["param_dtypes"] == way["grad_dtypes"] == ["torch.float32"]
+
+
+def test_bf16_reductions_agree_within_their_rounding(both):
+    """The first averaged gradient, reduced in bf16 on N ranks, both ways.
+
+    Each rank's bf16 gradient g_r is divided by N (a power of two here: exact)
+    and the N terms summed in bf16 in some order: N - 1 additions, each
+    rounded to bf16's 8 significant bits, a relative error of at most
+    u = 2^-8 of a partial sum, and a partial sum is at most
+    S = sum_r |g_r| / N. So each way lies within ((1 + u)^(N-1) - 1) S of the
+    exact mean, element by element, and the two ways within twice that.
+    S and the exact mean come from the ranks' own gradients
+    (fsdp2_check.local_gradients, float64); that they are the gradients both
+    ways summed is checked on the fp32 reduction of the same bf16 gradients,
+    which must match the exact mean to float32 rounding (u = 2^-24).
+    """
+    world, results = both
+    local = run_ranks(local_gradients, world)[0]
+    bf16, fp32 = 2.0**-8, 2.0**-24
+    for out in results:
+        for policy, u in (("bf16, reduce fp32", fp32), ("bf16", bf16)):
+            mine = out["ShardedModel", policy]["first_grads"]
+            theirs = out["fully_shard", policy]["first_grads"]
+            assert sorted(mine) == sorted(theirs) == sorted(local)
+            bound = (1 + u) ** (world - 1) - 1
+            for name, (scale, mean) in local.items():
+                for grads in (mine, theirs):
+                    off = (grads[name].double() - mean).abs()
+                    assert (off <= bound * scale).all(), (policy, name)
+                gap = (mine[name].double() - theirs[name].double()).abs()
+                assert (gap <= 2 * bound * scale).all(), (policy, name)
+                if world == 2:  # one addition: a + b is b + a, bit for bit
+                    assert torch.equal(mine[name], theirs[name]), (policy, name)
 
 
 def test_the_gathers_halve_in_bf16_the_reduce_scatter_in_reduce_dtype(both):

@@ -70,6 +70,26 @@ def average_ignored_gradients(model, ignored):
             p.grad.div_(world)
 
 
+def full_gradients(way, model, wrapped):
+    """``{name: averaged gradient, whole}`` on this rank, after a backward.
+
+    Gathered from the gradient shards: FSDP2's DTensors, ``ShardedModel``'s
+    flat gradient shards. Ignored parameters (whole, not averaged) are left out.
+    """
+    if way == "fully_shard":
+        return {
+            name: p.grad.full_tensor().clone()
+            for name, p in model.named_parameters()
+            if p.grad is not None and hasattr(p.grad, "full_tensor")
+        }
+    full = {}
+    for unit in wrapped.units:
+        for flat in unit.flats:
+            if flat.grad_shard is not None:
+                full.update(flat.full_copies(flat.grad_shard))
+    return {name: full[p] for name, p in model.named_parameters() if p in full}
+
+
 def train_rank(way, policy_name, config=CHECK, ignore_norms=False):
     """Run on every rank: train ``config`` wrapped by ``way`` under a policy.
 
@@ -80,7 +100,8 @@ def train_rank(way, policy_name, config=CHECK, ignore_norms=False):
     seen as the ``c10d`` operations run), ``grad_dtypes`` and
     ``param_dtypes`` (of what the optimizer sees), and ``ignored_grads``
     (this rank's gradients of the ignored parameters after the first
-    backward, before the user averages them).
+    backward, before the user averages them) and ``first_grads`` (the
+    averaged gradients after the first backward, whole: :func:`full_gradients`).
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     model = tiny_lm(config)
@@ -92,13 +113,14 @@ def train_rank(way, policy_name, config=CHECK, ignore_norms=False):
     if way == "fully_shard":  # FSDP2 puts new parameters (DTensors) in the model
         groups = param_groups(model, config)
     opt = config["optimizer"](groups, lr=config["lr"])
-    out = {"ignored_grads": None}
+    out = {"ignored_grads": None, "first_grads": None}
     for tokens in token_batches(config):
         with Collectives(world) as seen:
             lm_loss(wrapped, tokens.chunk(world)[rank]).backward()
         named = dict(model.named_parameters())
         if out["ignored_grads"] is None:
             out["ignored_grads"] = {n: named[n].grad.clone() for n in ignored_names}
+            out["first_grads"] = full_gradients(way, model, wrapped)
         average_ignored_gradients(model, ignored)
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         opt.step()
@@ -121,3 +143,23 @@ def train_both_ways(policy_names=tuple(POLICIES), config=CHECK, ignore_norms=Fal
         for name in policy_names
         for way in WAYS
     }
+
+
+def local_gradients(config=CHECK, dtype=torch.bfloat16):
+    """Run on every rank: what the ranks sum, per parameter, before they reduce.
+
+    Each rank's first-batch gradient, of a plain copy of the model in
+    ``dtype`` (what a ``param_dtype=dtype`` policy computes on its gathered
+    unit). Returns ``{name: (sum over ranks of |g| / N, mean of g)}`` in
+    float64: the scale of a reduction's rounding, and the exact average.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = tiny_lm(config).to(dtype)
+    lm_loss(model, token_batches(config)[0].chunk(world)[rank]).backward()
+    out = {}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            both = torch.stack([p.grad.double().abs(), p.grad.double()])
+            comm.all_reduce(both)
+            out[name] = (both[0] / world, both[1] / world)
+    return out

@@ -22,15 +22,17 @@ from mylib.models.memory import (
     STAGE_NAMES,
     STAGES,
     comm_per_step,
+    comm_volume_in_psi,
     memory_per_rank,
     min_ranks_to_fit,
 )
 
 GPU_GB = 80.0  # one A100/H100 80GB
+# Ψ is the number of parameters; every size says its unit (2Ψ bytes: bf16)
 PARTS = (
-    ("params", "parameters (2 psi)", PALETTE["compute"]),
-    ("grads", "gradients (2 psi)", PALETTE["comm_alt"]),
-    ("optimizer", "optimizer state (K psi)", PALETTE["optimizer"]),
+    ("params", "parameters (2Ψ bytes)", PALETTE["compute"]),
+    ("grads", "gradients (2Ψ bytes)", PALETTE["comm_alt"]),
+    ("optimizer", "optimizer state (KΨ bytes)", PALETTE["optimizer"]),
 )
 WIDTH, HEIGHT = 760, 360
 LEFT, TOP, PLOT_W, PLOT_H = 58, 40, 380, 250
@@ -172,7 +174,8 @@ def _panel(fig, num_params, world_size, stage, k, bar):
     fits = bar["total"] <= GPU_GB
     need = min_ranks_to_fit(num_params, stage, GPU_GB * GB, k)
     sent = sum(comm_per_step(num_params, world_size, stage).values()) / GB
-    psi_units = {0: "2 psi", 1: "2 psi", 2: "2 psi", 3: "3 psi"}[stage]
+    elements = comm_volume_in_psi(stage)  # the paper's unit; 2 bytes each in bf16
+    psi_units = f"{elements:g}Ψ elements, {2 * elements:g}Ψ bytes"
     rows = [
         (None, f"{STAGE_NAMES[stage]} on {world_size} ranks", True, PALETTE["text"]),
         ("params_gb", f"parameters  {_gb(bar['params'])} GB", False, PALETTE["text"]),
@@ -200,7 +203,7 @@ def _panel(fig, num_params, world_size, stage, k, bar):
         ),
         (
             "sent_gb",
-            f"sends {_gb(sent)} GB per step ({psi_units})",
+            f"sends {_gb(sent)} GB a step ({psi_units})",
             False,
             PALETTE["text"],
         ),
@@ -247,7 +250,7 @@ def sharding_picture(world_size=4, k=12):
     """SVG: what each of ``world_size`` ranks holds under DDP and each ZeRO stage.
 
     Bar lengths are to scale. Each rank is one row of three bars,
-    parameters (2 psi), gradients (2 psi) and optimizer state (K psi); a
+    parameters (2Ψ bytes), gradients (2Ψ bytes) and optimizer state (KΨ bytes); a
     sharded bar keeps only the rank's 1/N slice, drawn in place, so the
     slices of all ranks tile the whole.
     """
@@ -267,9 +270,7 @@ def sharding_picture(world_size=4, k=12):
         fig.text(
             x0,
             34,
-            f"{per_rank:g} psi bytes per rank"
-            if per_rank == int(per_rank)
-            else f"{per_rank:.3g} psi bytes per rank",
+            f"{per_rank:.3g}Ψ bytes per rank",
             size=10,
             fill=PALETTE["muted"],
         )
@@ -295,7 +296,7 @@ def sharding_picture(world_size=4, k=12):
                     )
                 x += w + 4
     for i, (_, label, colour) in enumerate(PARTS):
-        label = label.replace("K psi", f"K psi, K = {k}")
+        label = label.replace("KΨ bytes", f"KΨ bytes, K = {k}")
         fig.rect(14 + i * 190, top + world_size * row_h + 18, 10, 10, fill=colour)
         fig.text(
             28 + i * 190,

@@ -6,7 +6,14 @@ time axis, each a compute lane and a comm lane; the compute lane's idle stretche
 (waiting for a gather) are shaded red, and each row prints its numbers: step
 time, time waiting for communication, bytes each rank sends, and the most
 parameter bytes whole at once. Each number also sits in the SVG as
-``data-metric``/``data-value`` attributes. Standard library only (Pyodide).
+``data-metric``/``data-value`` attributes.
+
+The ranks sit on nodes of ``gpus_per_node`` GPUs, NVLink inside and
+``nics_per_node`` NICs out (:class:`mylib.models.cluster.Cluster`); every
+collective is NCCL's ring over all of them, priced by
+:func:`mylib.models.timeline_zero3.cluster_link`: across nodes at the node's
+NICs together, inside one node at NVLink's rate. One GPU and one NIC per node
+is chapter 1's flat link. Standard library only (Pyodide).
 """
 
 from mylib.figures.livefig import choices, steps
@@ -14,7 +21,6 @@ from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.figures.timeline import (
     LANE_H,
     TimeScale,
-    bandwidth_choices,
     draw_box,
     draw_lane,
     draw_numbers,
@@ -22,7 +28,8 @@ from mylib.figures.timeline import (
     swatch,
 )
 from mylib.models import timeline as tl
-from mylib.models.timeline_zero3 import zero2_step, zero3_step
+from mylib.models.cluster import ALL_GATHER, GB, Cluster, ring
+from mylib.models.timeline_zero3 import cluster_link, zero2_step, zero3_step
 
 ROW_H, LEFT, PANEL_W = 62, 78, 214
 DDP_CAP = 25 * 2**20  # DDP's and ZeRO-2's buckets
@@ -88,12 +95,51 @@ def _idle(spans, end):
     return gaps
 
 
+def slider_cluster(gpus_per_node, nics_per_node, nic_gb_s, nvlink_gb_s):
+    """The sliders' nodes as a :class:`~mylib.models.cluster.Cluster` (rates in GB/s).
+
+    One node: the rank count decides how many
+    (:meth:`~mylib.models.cluster.Cluster.for_ranks`). Latency per ring step
+    is the cluster model's own, 5 us on either link.
+    """
+    return Cluster(
+        "slider nodes", 1, gpus_per_node, nvlink_gb_s * GB, nics_per_node, nic_gb_s * GB
+    )
+
+
+def layer_gather(ranks, params_per_layer_m, cluster):
+    """One bf16 layer's all-gather over ``ranks`` GPUs of ``cluster``: a ``Cost``.
+
+    :func:`mylib.models.cluster.ring` itself; the timeline's gathers cost its
+    ``seconds``, and its ``bottleneck`` says which link binds.
+    """
+    nbytes = 2 * params_per_layer_m * 1e6
+    return ring(cluster.for_ranks(ranks), ALL_GATHER, nbytes)
+
+
+def _where(ranks, cluster, gather):
+    """Where the ring runs, in words, for the figure's second title line."""
+    laid = cluster.for_ranks(ranks)
+    nics = f"{laid.nics_per_node} NIC{'s' * (laid.nics_per_node > 1)}"
+    gpus = f"{laid.gpus_per_node} GPU{'s' * (laid.gpus_per_node > 1)}"
+    if laid.nodes == 1:
+        node = f"one node of {gpus}, NVLink {laid.nvlink_bw / GB:g} GB/s"
+    else:
+        node = f"{laid.nodes} nodes of {gpus}, {nics} of {laid.nic_bw / GB:g} GB/s"
+    binds = {"nic": "the NICs bind", "nvlink": "NVLink binds"}[gather.bottleneck]
+    took = format_seconds(gather.seconds)
+    return f"{ranks} ranks on {node}: a layer's all-gather takes {took} ({binds})"
+
+
 def zero3_timeline_figure(
     n_layers=12,
     params_per_layer_m=100,
-    bandwidth_gb_s=50.0,
     backward_ms_per_layer=10.0,
-    ranks=8,
+    ranks=32,
+    gpus_per_node=8,
+    nics_per_node=1,
+    nic_gb_s=50.0,
+    nvlink_gb_s=360.0,
 ):
     """SVG: one step of each of :data:`ROWS`.
 
@@ -101,12 +147,15 @@ def zero3_timeline_figure(
     ZeRO-2's traffic with the gather moved into the forward, prefetched
     (FSDP2's ``reshard_after_forward=False``); ZeRO-3 without and with
     prefetch. The layers are in bf16, ``params_per_layer_m`` M parameters
-    each. Forward takes half the backward; DDP and ZeRO-2 use 25 MB buckets;
-    latency is 20 us per message; bandwidth in GB/s (10^9 bytes/s).
+    each. Forward takes half the backward; DDP and ZeRO-2 use 25 MB buckets.
+    The ``ranks`` sit on nodes of ``gpus_per_node`` GPUs with
+    ``nics_per_node`` NICs of ``nic_gb_s`` GB/s each way and NVLink of
+    ``nvlink_gb_s`` GB/s per GPU each way (:func:`slider_cluster`).
     """
     layer_bytes = 2 * params_per_layer_m * 1e6  # bf16 parameters, bf16 gradients
     layers = tl.uniform_layers(n_layers, layer_bytes, backward_ms_per_layer * 1e-3)
-    link = tl.Link(ranks, 20e-6, bandwidth_gb_s * 1e9)
+    cluster = slider_cluster(gpus_per_node, nics_per_node, nic_gb_s, nvlink_gb_s)
+    link = cluster_link(cluster, ranks)
     forward_s = 0.5 * backward_ms_per_layer * 1e-3 * n_layers
     rows = [
         tl.simulate(layers, DDP_CAP, link, forward_s=forward_s, name=ROWS[0]),
@@ -117,7 +166,7 @@ def zero3_timeline_figure(
         zero3_step(layers, link, prefetch=False, name=ROWS[3]),
         zero3_step(layers, link, prefetch=True, name=ROWS[4]),
     ]
-    width, top = 900, 26
+    width, top = 900, 42
     height = top + len(rows) * ROW_H + 58
     t_max = max(r.step_s for r in rows)
     plot_w = width - LEFT - PANEL_W
@@ -131,10 +180,18 @@ def zero3_timeline_figure(
         LEFT,
         16,
         f"{n_layers} layers of {params_per_layer_m:g}M parameters (bf16), "
-        f"{ranks} ranks, {bandwidth_gb_s:g} GB/s, "
         f"backward {backward_ms_per_layer:g} ms per layer",
         size=13,
         weight="bold",
+    )
+    gather = layer_gather(ranks, params_per_layer_m, cluster)
+    fig.text(
+        LEFT,
+        33,
+        _where(ranks, cluster, gather),
+        size=12,
+        data_metric="gather_s",
+        data_value=repr(gather.seconds),
     )
 
     x_of = TimeScale(LEFT, plot_w, t_max)
@@ -205,7 +262,16 @@ ZERO3_TIMELINE_SLIDERS = [
         100,
         "{:g}M",
     ),
-    bandwidth_choices((5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0), 50.0),
     steps("backward_ms_per_layer", "backward per layer", 1.0, 40.0, 1.0, 10.0, "ms"),
-    choices("ranks", "ranks", (2, 4, 8, 16, 32, 64, 128, 256), 8),
+    choices("ranks", "ranks", (2, 4, 8, 16, 32, 64, 128, 256), 32),
+    choices("gpus_per_node", "GPUs per node", (1, 2, 4, 8), 8),
+    choices("nics_per_node", "NICs per node", (1, 2, 4, 8), 1),
+    choices("nic_gb_s", "NIC, each way", (12.5, 25, 50, 100), 50, "{:g} GB/s"),
+    choices(
+        "nvlink_gb_s",
+        "NVLink per GPU, each way",
+        (160, 240, 360, 720),
+        360,
+        "{:g} GB/s",
+    ),
 ]

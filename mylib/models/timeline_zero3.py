@@ -17,6 +17,13 @@ layers are whole at a time. The link is one FIFO queue, as in chapter 3, with
 the ring costs of :mod:`mylib.models.costmodel`: a reduce-scatter or an
 all-gather costs ``(n-1)(alpha + b / (n beta))``, half an all-reduce.
 
+On a cluster (nodes of GPUs, NVLink inside, NICs out) :func:`cluster_link`
+gives the ``alpha`` and ``beta`` of NCCL's ring over ``n`` of its GPUs
+(:func:`mylib.models.cluster.ring_alpha_beta`): with them these formulas are
+:func:`mylib.models.cluster.ring`'s time for every collective here, so a
+gather over nodes runs at the node's NICs together, inside a node at NVLink's
+rate.
+
 ZeRO-1 and ZeRO-2 send what DDP sends, yet their step is not DDP's. Two
 ways to place their one all-gather:
 
@@ -37,9 +44,24 @@ reader's browser (Pyodide).
 
 from mylib.models import timeline as tl
 from mylib.models.buckets import assign_buckets
+from mylib.models.cluster import ring_alpha_beta
 from mylib.models.costmodel import ring_all_gather_time, ring_reduce_scatter_time
 
 COMPUTE, COMM = tl.COMPUTE, tl.COMM
+
+
+def cluster_link(cluster, ranks):
+    """The :class:`~mylib.models.timeline.Link` of NCCL's ring over ``ranks`` GPUs.
+
+    ``cluster`` is a :class:`mylib.models.cluster.Cluster`; the ranks fill
+    whole nodes of it, or part of one (:meth:`~mylib.models.cluster.Cluster.for_ranks`).
+    The ring's all-gather, reduce-scatter and all-reduce of ``b`` bytes then
+    cost what :func:`mylib.models.cluster.ring` says: ``beta`` is the ring's
+    bus bandwidth (a node's NICs together, or NVLink inside one node),
+    ``alpha`` its latency per step.
+    """
+    alpha_s, beta = ring_alpha_beta(cluster, ranks)
+    return tl.Link(ranks, alpha_s, beta)
 
 
 class Zero3Timeline:
