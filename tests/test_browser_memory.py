@@ -74,7 +74,7 @@ def values_at(sliders, positions):
             "zero3_timeline_figure",
             ZERO3_TIMELINE_SLIDERS,
             zero3_timeline_figure,
-            [{"bandwidth_gb_s": 1, "n_layers": 6}],
+            [{"nics_per_node": 3, "n_layers": 6}],
         ),
     ],
 )
