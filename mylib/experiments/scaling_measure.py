@@ -4,7 +4,8 @@ Chapter 7 trains one model at a fixed global batch on 1, 2 and 4 gloo ranks
 and sets the measured step times beside
 :func:`mylib.models.scaling.scaled_step`, calibrated on the same machine:
 
-* compute: :func:`time_compute` times one rank's forward and backward on its
+* compute: :func:`time_compute` (:func:`time_compute_shares` for several
+  shares side by side) times one rank's forward and backward on its
   share of the batch, in this process, on one thread (each rank gets one
   thread, as each rank gets one GPU on a cluster);
 * communication: alpha and beta fitted to all-reduces timed inside the same run
@@ -109,22 +110,35 @@ def time_compute(model, batch, width, repeats=15, threads=1):
     short (milliseconds), so 15 of them make it unlikely that every one falls
     in a busy moment of a shared machine.
     """
+    return time_compute_shares(model, [batch], width, repeats, threads)[batch]
+
+
+def time_compute_shares(model, batches, width, repeats=15, threads=1):
+    """:func:`time_compute` for several batch sizes, side by side.
+
+    Returns ``{batch: (forward_s, backward_s)}``. Each repeat times every size
+    in turn, so a busy moment of a shared machine slows them alike: compared
+    with each other (a rank's share of the batch against the whole), the
+    fastest of each is the same machine's, not a quiet moment's against a
+    busy one's.
+    """
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
+    times = {batch: ([], []) for batch in batches}
+    data = {b: (torch.randn(b, width), torch.randn(b, width)) for b in batches}
     try:
-        x, y = torch.randn(batch, width), torch.randn(batch, width)
-        forward, backward = [], []
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            t1 = time.perf_counter()
-            loss.backward()
-            forward.append(t1 - t0)
-            backward.append(time.perf_counter() - t1)
-            model.zero_grad(set_to_none=True)
+            for batch, (x, y) in data.items():
+                t0 = time.perf_counter()
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                t1 = time.perf_counter()
+                loss.backward()
+                times[batch][0].append(t1 - t0)
+                times[batch][1].append(time.perf_counter() - t1)
+                model.zero_grad(set_to_none=True)
     finally:
         torch.set_num_threads(saved)
-    return min(forward), min(backward)
+    return {batch: (min(f), min(b)) for batch, (f, b) in times.items()}
 
 
 def linear_layers(model, backward_s):

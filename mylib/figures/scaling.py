@@ -541,5 +541,5 @@ SCALING_SLIDERS = [
         "{:g} GB/s",
     ),
     steps("alpha_us", "latency \u03b1 per ring step", 0.0, 50.0, 1.0, 5.0, "\u00b5s"),
-    choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25, "{:g} MB"),
+    choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25, "{:g} MiB"),
 ]

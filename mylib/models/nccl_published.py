@@ -2,12 +2,15 @@
 
 Every row is an all-reduce bus bandwidth at large sizes (nccl-tests'
 ``all_reduce_perf``), read in a public thread of NVIDIA's ``nccl`` or
-``nccl-tests`` repositories: by NVIDIA's engineers (what their systems
-measure, or what a setup should reach) or by users (what they measured, the
-hardware as they describe it). The model's parameters are the vendors'
-numbers (:mod:`mylib.models.cluster`: line rates, NVLink's payload share),
-never fitted to these rows. ``matches`` says whether the model is meant to
-hit the row (within :data:`TARGET`); where it is not, ``why`` says why.
+``nccl-tests`` repositories: by NVIDIA's engineers or by users, the hardware
+as they describe it. ``kind`` says which of two things a row is: a run
+someone reports (``"measured"``) or what an NVIDIA engineer says a setup
+should reach (``"expected"``). ``stated`` is False where the thread does not
+say which algorithm ran; the model then prices the row as a ring. The
+model's parameters are the vendors' numbers (:mod:`mylib.models.cluster`:
+line rates, NVLink's payload share), never fitted to these rows. ``matches``
+says whether the model is meant to hit the row (within :data:`TARGET`);
+where it is not, ``why`` says why.
 
 Standard library only.
 """
@@ -28,6 +31,8 @@ from mylib.models.cluster import (
 
 #: How close a bandwidth prediction must come: 15% of the measurement.
 TARGET = 0.15
+#: What a row is: a reported run, or an NVIDIA engineer's figure for a setup.
+KINDS = ("measured", "expected")
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,14 @@ class Measurement:
     algorithm: str  # "ring", "tree" or "nvls"
     measured: float  # busbw, bytes/s
     says: str  # what the thread says, in a few words
+    kind: str = "measured"  # or "expected": an engineer's figure for a setup
+    stated: bool = True  # False: the thread does not say which algorithm ran
     matches: bool = True
     why: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
 
     @property
     def url(self):
@@ -61,6 +72,11 @@ class Measurement:
         if self.algorithm == "tree":
             return tree_all_reduce(self.cluster, size).peak_busbw
         return ring(self.cluster, ALL_REDUCE, size).peak_busbw
+
+    @property
+    def tree_predicted(self):
+        """The model's tree bus bandwidth (bytes/s): the other guess, unstated rows."""
+        return tree_all_reduce(self.cluster, 8 * 2**30).peak_busbw
 
     @property
     def error(self):
@@ -89,7 +105,8 @@ MEASUREMENTS = (
         dgx_a100(4),
         "ring",
         192 * GB,
-        "measures 192 GB/s all-reduce busbw across DGX A100 nodes",
+        "we measure 192 GB/s all-reduce busbw across DGX A100 nodes",
+        kind="measured",
     ),
     Measurement(
         "NVIDIA/nccl#412",
@@ -99,7 +116,8 @@ MEASUREMENTS = (
         _nodes("8 A800, 1 x HDR", 12, 8, 8, 1, 200),
         "ring",
         24 * GB,
-        "expects about 24 GB/s across nodes with one HDR NIC",
+        "you should get ~24 GB/s across nodes with one HDR NIC at 8 GB",
+        kind="expected",
     ),
     Measurement(
         "NVIDIA/nccl-tests#119",
@@ -108,7 +126,9 @@ MEASUREMENTS = (
         _nodes("8 A100, 4 x HDR", 3, 8, 12, 4, 200),
         "ring",
         96 * GB,
-        "24 GB/s per 200G NIC, so 96 GB/s is the target; the user's peak is 96",
+        "the user's run peaks at about 96 GB/s; an engineer: 24 GB/s per 200G "
+        "NIC is the peak, so 96 GB/s is the target",
+        kind="measured",
     ),
     Measurement(
         "NVIDIA/nccl-tests#100",
@@ -117,7 +137,10 @@ MEASUREMENTS = (
         _nodes("HGX A100, 4 x HDR", 2, 8, 12, 4, 200),
         "ring",
         91 * GB,
-        "reaches 91 GB/s busbw between the two nodes (algorithm not stated)",
+        "reaches 91 GB/s busbw between the two nodes (algorithm not stated; "
+        "on two nodes NCCL often picks the tree)",
+        kind="measured",
+        stated=False,
     ),
     Measurement(
         "NVIDIA/nccl#307",
@@ -128,6 +151,7 @@ MEASUREMENTS = (
         "ring",
         47 * GB,
         "always gets 47 GB/s with rings on DGX-1 nodes; about 12 GB/s per NIC",
+        kind="measured",
     ),
     Measurement(
         "NVIDIA/nccl-tests#267",
@@ -136,7 +160,8 @@ MEASUREMENTS = (
         _nodes("H100, 1 NIC used", 6, 8, 18, 1, 400),
         "ring",
         48.5 * GB,
-        "a CX-7 at NDR achieves up to 48-49 GB/s per NIC",
+        "a CX-7 at NDR should achieve up to 48-49 GB/s per NIC",
+        kind="expected",
     ),
     Measurement(
         "NVIDIA/nccl-tests#319",
@@ -145,7 +170,8 @@ MEASUREMENTS = (
         dgx_h100(4),
         "ring",
         396 * GB,
-        "about 48 GB/s per NIC, up to about 396 GB/s with the ring",
+        "should achieve about 48 GB/s per NIC, up to ~396 GB/s with the ring",
+        kind="expected",
     ),
     Measurement(
         "NVIDIA/nccl#1368",
@@ -155,6 +181,19 @@ MEASUREMENTS = (
         "ring",
         190 * GB,
         "ring busbw 190 GB/s on 40 GPUs",
+        kind="measured",
+    ),
+    Measurement(
+        "NVIDIA/nccl-tests#309",
+        "user",
+        "4 HGX H100 nodes (Dell XE9680), 8 x 400 Gb/s ConnectX-7 InfiniBand each",
+        dgx_h100(4),
+        "ring",
+        365.84 * GB,
+        "4 nodes, 32 GPU-NIC pairs: max busbw 365.84 GB/s (NCCL 2.26, its "
+        "default algorithm)",
+        kind="measured",
+        stated=False,
     ),
     Measurement(
         "NVIDIA/nccl-tests#149",
@@ -163,7 +202,8 @@ MEASUREMENTS = (
         dgx_a100(1),
         "ring",
         230 * GB,
-        "12 links at ~20 GB/s effective: 240 GB/s, ~230 GB/s reached",
+        "12 links at ~20 GB/s effective: 240 GB/s; should reach ~230 GB/s",
+        kind="expected",
     ),
     Measurement(
         "NVIDIA/nccl#1048",
@@ -173,6 +213,7 @@ MEASUREMENTS = (
         "ring",
         232.54 * GB,
         "single-node all-reduce: 232.54 GB/s",
+        kind="measured",
     ),
     Measurement(
         "NVIDIA/nccl-tests#212",
@@ -181,7 +222,8 @@ MEASUREMENTS = (
         dgx_h100(1),
         "ring",
         370 * GB,
-        "450 GB/s line rate, ~20% protocol overhead: 370 GB/s with rings",
+        "450 GB/s line rate, ~20% protocol overhead: NCCL can get 370 GB/s with rings",
+        kind="expected",
     ),
     Measurement(
         "NVIDIA/nccl-tests#212",
@@ -190,7 +232,9 @@ MEASUREMENTS = (
         dgx_h100(1),
         "nvls",
         480 * GB,
-        "peak busbw ~480 GB/s (algbw ~275 GB/s) with NVLink SHARP",
+        "you should reach a peak busbw of ~480 GB/s (algbw ~275 GB/s) with "
+        "NVLink SHARP",
+        kind="expected",
         matches=False,
         why="The NVSwitch adds the data (NVLS): each GPU sends its buffer in "
         "once and reads the sum once, so no point-to-point algorithm, which "
@@ -206,6 +250,7 @@ MEASUREMENTS = (
         57.06 * GB,
         "57 GB/s on 2 nodes with NCCL 2.10: above the 50 GB/s of two NICs, "
         "as the tree can on 2 nodes",
+        kind="measured",
         matches=False,
         why="Above the ring's bound, as the model says a tree on 2 nodes can "
         "be, but at 61% of the tree's byte bound. " + TREE_WHY,
@@ -218,6 +263,7 @@ MEASUREMENTS = (
         "tree",
         150 * GB,
         "tree busbw 150 GB/s, below the ring's 190 GB/s",
+        kind="measured",
         matches=False,
         why="Below the ring, as the model says a tree on 3 nodes or more is, "
         "but further below its byte bound. " + TREE_WHY,
@@ -239,6 +285,9 @@ def comparison_rows():
             "measured_gb_s": m.measured / GB,
             "predicted_gb_s": m.predicted / GB,
             "error": m.error,
+            "kind": m.kind,
+            "stated": m.stated,
+            "tree_gb_s": m.tree_predicted / GB,
             "matches": m.matches,
             "says": m.says,
             "why": m.why,
