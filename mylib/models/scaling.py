@@ -283,8 +283,8 @@ def bucketed_comm_s(
 ):
     """Seconds the link is busy per step: one ring all-reduce per bucket.
 
-    ``K`` buckets of ``G`` bytes in all cost
-    ``2(n-1) K alpha + 2(n-1)/n G / beta``: the bandwidth term is the one of
+    ``n_b`` buckets of ``G`` bytes in all cost
+    ``2(n-1) n_b alpha + 2(n-1)/n G / beta``: the bandwidth term is the one of
     a single all-reduce, but every bucket pays the latency again. The link as
     for :func:`scaled_step`.
     """
