@@ -10,8 +10,8 @@ Target: within 15% at every cap. Nothing is asserted: this is a measurement, not
 On a machine shared with other programs the same backward pass can take several times
 longer from one second to the next; the result reports the spread of the calibrated
 backward time over the rounds, which says how far the figures can be trusted.
-``bench_emulated.py`` runs the same caps on an emulated link, whose transfers leave
-the cores to the backward.
+``bench_emulated.py`` sweeps the caps on an emulated link, whose transfers leave the
+cores to the backward.
 
     python tests/bench.py timeline
 """

@@ -9,6 +9,7 @@ that makes the prose wrong fails here.
 
 import pytest
 
+from mylib.figures.svg import format_seconds
 from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
@@ -29,8 +30,8 @@ def offered(name):
 
 
 def test_the_prose_describes_the_figure_defaults():
-    # "a stack of GPT-2-style transformer blocks ...: 12 parameter tensors and 48 MB of
-    # fp32 gradients per block"
+    # "a stack of GPT-2-style transformer blocks ...: 12 parameter tensors and 48 MiB
+    # of fp32 gradients per block" (50.4 million bytes: MiB, not MB)
     assert sum(len(sizes) for _, sizes in BLOCK) == 12
     assert round(BLOCK_BYTES / MB) == 48 and round(BLOCK_BYTES / 1e6, 1) == 50.4
     assert DEFAULTS == {
@@ -70,8 +71,9 @@ def test_exercise_best_cap_key_points():
     )
     best, timelines = tl.best_cap(layers, [cap * MB for cap in CAPS_OFFERED], link)
     step = {cap: timelines[cap * MB].step_s for cap in CAPS_OFFERED}
-    # "the best is 200 MB (about 2.15 s, against 2.93 s per parameter and 2.22 s at 25
-    # MB); 400 MB ... (2.18 s)"
+    # "the best is 200 MiB (2.150 s, against 2.153 s at 100 MiB, 2.93 s per parameter
+    # and 2.22 s at 25 MiB); 400 MiB ... (2.18 s)": the figure's readout prints
+    # four digits, so the reader sees 100 and 200 MiB apart
     assert best == 200 * MB
     assert (
         round(step[200.0], 2),
@@ -79,6 +81,10 @@ def test_exercise_best_cap_key_points():
         round(step[25.0], 2),
         round(step[400.0], 2),
     ) == (2.15, 2.93, 2.22, 2.18)
+    assert format_seconds(step[200.0], 4) == "2.150 s"
+    assert format_seconds(step[100.0], 4) == "2.153 s"
+    # "100 and 200 MiB are 3 ms apart"
+    assert round((step[100.0] - step[200.0]) * 1e3) == 3
     # "the step shrinks as the cap grows": never longer from one offered cap to the
     # next, up to the best
     upto = [step[c] for c in CAPS_OFFERED if c <= 200.0]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mylib import ddp_steps, run_ranks
-from mylib.experiments.ddp_steps_check import compare_steps
+from mylib.experiments.ddp_steps_check import compare_steps, table, time_ratios
 
 STEPS = 3
 
@@ -96,3 +96,37 @@ def test_copies_with_zero_grad_set_to_none():
 def test_each_step_reads_whole_on_a_page(step):
     lines = inspect.getsource(step).splitlines()
     assert len(lines) <= 60 and max(map(len, lines)) <= 88
+
+
+def test_times_are_set_against_step_1_side_by_side():
+    """The table's time column: per step, a wrapper's time over step 1's, then the
+    median over steps and ranks (the first step left out). No timing is measured."""
+
+    def row(name, step_s):
+        return dict(
+            name=name,
+            step_s=step_s,
+            collectives=[4],
+            in_backward=[4],
+            copied_bytes=[0],
+            vs_single=0.0,
+            vs_ddp=0.0,
+        )
+
+    # the machine slows down from step to step; step 2 is always 0.8 of step 1
+    slow = [1.0, 2.0, 4.0, 8.0]
+    rank0 = [
+        row("1 after backward", slow),
+        row("2 x", [9.0] + [0.8 * t for t in slow[1:]]),
+    ]
+    rank1 = [
+        row("1 after backward", slow),
+        row("2 x", [0.1] + [0.8 * t for t in slow[1:]]),
+    ]
+    ratios = time_ratios([rank0, rank1])
+    assert ratios == {"1 after backward": 1.0, "2 x": pytest.approx(0.8)}
+    # a ratio of medians would say the same here; the median of ratios also holds
+    # when one slow moment hits a single step
+    rank0[1]["step_s"][2] = 40.0
+    assert time_ratios([rank0, rank1])["2 x"] == pytest.approx(0.8)
+    assert table([rank0, rank1])[-1].split()[-1] == "0.80"

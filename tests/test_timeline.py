@@ -385,3 +385,85 @@ def test_remembered_number_texts_are_the_computed_ones():
             assert svg.format_seconds(v, digits) == svg._format(v, digits)
         assert svg._num(v) == svg._num.__wrapped__(v)
     assert (svg.format_seconds(0.0), svg.format_seconds(-0.0)) == ("0 us", "-0 us")
+
+
+def legend_labels(svg):
+    """The labels of a timeline figure's legend: the texts on its last line."""
+    root = ET.fromstring(svg)
+    texts = [el for el in root.iter(f"{SVG_NS}text")]
+    bottom = max(float(el.attrib["y"]) for el in texts)
+    return [el.text for el in texts if float(el.attrib["y"]) == bottom]
+
+
+def test_the_legend_lists_only_what_the_figure_draws():
+    # chapter 3's figure: backward and all-reduces, no forward, no optimizer
+    labels = legend_labels(ts.bucketing_figure())
+    assert labels == [
+        "backward, per layer",
+        "all-reduce, per bucket",
+        "exposed communication",
+        "backward ends",
+    ]
+    assert ts.PALETTE["forward"] not in ts.bucketing_figure()
+    # a step with a forward and an optimizer lists both
+    layers = transformer_blocks(2, 3.0)
+    full = tl.simulate(
+        layers, 25 * MB, tl.Link(8, 20e-6, 10e9), forward_s=5e-3, optimizer_s=2e-3
+    )
+    labels = legend_labels(ts.draw_timelines([full]))
+    assert labels[:2] == ["forward", "backward, per layer"] and "optimizer" in labels
+    # nothing exposed, no red frame in the legend either
+    alone = tl.Timeline([tl.Span(tl.COMPUTE, "backward", 0.0, 1e-3, "layer")])
+    assert alone.exposed_comm_s == 0
+    labels = legend_labels(ts.draw_timelines([alone]))
+    assert labels == ["backward, per layer", "backward ends"]
+
+
+def test_the_readout_tells_apart_steps_a_thousandth_apart():
+    # chapter 3's exercise: 100 MB and 200 MB caps at 8 ranks, 1 GB/s, 200 us
+    steps = {
+        cap: ts.bucketing_timelines(
+            bandwidth_gb_s=1.0, latency_us=200.0, bucket_cap_mb=cap
+        )[2].step_s
+        for cap in (100.0, 200.0)
+    }
+    texts = {
+        cap: next(
+            el.text
+            for el in ET.fromstring(
+                ts.bucketing_figure(
+                    bandwidth_gb_s=1.0, latency_us=200.0, bucket_cap_mb=cap
+                )
+            ).iter(f"{SVG_NS}text")
+            if el.attrib.get("data-metric") == "step_s"
+            and el.attrib.get("data-timeline") == "2"
+        )
+        for cap in steps
+    }
+    assert steps[200.0] < steps[100.0] < 1.002 * steps[200.0]
+    assert texts == {100.0: "step: 2.153 s", 200.0: "step: 2.150 s"}
+
+
+def test_the_strips_legend_shows_only_the_states_drawn():
+    link_keeps_up = tl.Link(8, 50e-6, 25e9)  # chapter 3's strip: nothing queues
+    t = tl.simulate(
+        transformer_blocks(8, 10.0),
+        25 * MB,
+        link_keeps_up,
+        forward_s=40e-3,
+        optimizer_s=10e-3,
+    )
+    drawn = {s for m in of.strip_moments(t) for s in of.bucket_states(t, m)}
+    assert "queued" not in drawn
+    svg = of.ddp_step_strip(t)
+    assert of.BUCKET_STATES["queued"] not in svg
+    # on a slow link buckets queue, and the legend says so
+    slow = tl.simulate(
+        transformer_blocks(8, 10.0),
+        25 * MB,
+        tl.Link(8, 50e-6, 2e9),
+        forward_s=40e-3,
+        optimizer_s=10e-3,
+    )
+    assert any("queued" in of.bucket_states(slow, m) for m in of.strip_moments(slow))
+    assert of.BUCKET_STATES["queued"] in of.ddp_step_strip(slow)

@@ -1,33 +1,36 @@
 """Chapter 3's lesson in real steps: MyDDP on an emulated link, against the model.
 
-On this machine plain gloo moves the bytes on the cores the backward needs,
-so overlap hardly pays and the best cap is decided by noise (the comparison
-in :mod:`mylib.experiments.calibrate`). On a link that moves its bytes
-elsewhere, as a GPU cluster's network does, the lesson of chapter 3 shows:
-a tiny cap pays the latency per message, one bucket at the end exposes all the
-communication, a cap in the middle wins. :func:`emulated_experiment` runs
-real MyDDP steps on :class:`mylib.emulated_link.EmulatedLink` to see it, and
-sets them against the model.
+On this machine plain gloo moves the bytes on the cores the backward needs
+(the comparison in :mod:`mylib.experiments.calibrate`). On a link that moves
+its bytes elsewhere, as a GPU cluster's network does, the lesson of chapter 3
+shows: a tiny cap pays the latency per message, one bucket at the end exposes
+all the communication, a cap in the middle wins. :func:`emulated_experiment`
+runs real MyDDP steps on :class:`mylib.emulated_link.EmulatedLink` to see it,
+and sets them against the model.
 
-It runs on every rank. It first times the backward (no communication) and
-derives the links from it, the same on every rank: a latency per message of
-:data:`ALPHA_PER_BACKWARD` of the backward, large enough that one all-reduce
-per parameter loses, and bandwidths at which all the gradient bytes take
-``multiple`` times the backward (1x and 2x: communication comparable to the
-compute it can hide behind). Then, in rounds, as in
-:func:`mylib.experiments.calibrate.trace_caps`: each layer's backward time,
-and one traced MyDDP step per link and cap.
+The link is not chosen to make the U appear: it keeps a real cluster's two
+ratios (:func:`cluster_ratios`), those of chapter 7's 7B model trained at a
+fixed global batch on :data:`REFERENCE_RANKS` H100s, 8 a node, with one
+400 Gb/s NIC a node (:func:`mylib.models.cluster.one_nic_nodes`): the latency of
+one all-reduce against the backward of one parameter tensor, and the bandwidth
+time of all the gradient bytes against the whole backward. Scaled to this
+machine's backward (:func:`link_for`), they give the emulated link's alpha and
+beta.
 
-The model's prediction is :func:`mylib.experiments.calibrate.model_for`:
-:func:`mylib.models.timeline.simulate` (or ``all_at_end``) with the round's
-layer times and the emulated link's alpha and beta, with no contention
-(the emulated link uses no compute core). The chapter's slider figure
-(:func:`mylib.figures.timeline.bucketing_timelines`) goes through the same
-``simulate``. Each link's part of the result has the format of ``trace_caps``,
-so :func:`mylib.experiments.calibrate.compare` reads it.
+It runs on every rank, in rounds, as :func:`mylib.experiments.calibrate.trace_caps`
+does: each round times each layer's backward (no communication), derives the
+link from that backward, so that a machine that slows down between rounds keeps
+the ratios, and runs one traced MyDDP step per cap. The model's prediction is
+:func:`mylib.experiments.calibrate.model_for`: :func:`mylib.models.timeline.simulate`
+(or ``all_at_end``) with the round's layer times and the round's link, with no
+contention (the emulated link uses no compute core). The chapter's slider
+figure (:func:`mylib.figures.timeline.bucketing_timelines`) goes through the same
+``simulate``. The result has the format of ``trace_caps``, so
+:func:`mylib.experiments.calibrate.compare` reads it.
 """
 
 import copy
+import statistics
 
 import torch
 import torch.distributed as dist
@@ -47,45 +50,87 @@ from mylib.experiments.calibrate import (
 )
 from mylib.experiments.common import global_batches, mlp
 from mylib.models import timeline as tl
+from mylib.models.cluster import one_nic_nodes, ring_alpha_beta
 from mylib.tracer import Tracer
 
-CAPS = [0, 1, 5, 25, ALL_AT_END]
-MULTIPLES = (1, 2)  # all gradient bytes take 1x and 2x the backward
-ALPHA_PER_BACKWARD = 1 / 30  # the latency of one message, as a share of the backward
+# 8 x Linear(512, 512): 1 MB of fp32 weight gradient a layer (MB = 2**20 bytes)
+CAPS = [0, 1, 2, 4, ALL_AT_END]
+
+# Chapter 7's 7B model: 14 GB of bf16 gradients in 32 blocks of 7 tensors, and
+# 0.8 s of backward a rank on 64 ranks (16 sequences of 1,024 tokens each, on an
+# H100 at 58% of its dense bf16 peak), so 51.2 s on one rank at that global batch.
+SEVEN_B = {"grad_bytes": 14e9, "tensors": 32 * 7, "backward_one_rank_s": 0.8 * 64}
+REFERENCE_RANKS = 160
 
 
-def links_for(backward_s, nbytes, ranks, multiples=MULTIPLES):
-    """The emulated links of the experiment, for a backward of ``backward_s``.
+def cluster_ratios(ranks=REFERENCE_RANKS, cluster=None, model=SEVEN_B):
+    """The two ratios of ``model`` trained on ``ranks`` GPUs of ``cluster``.
 
-    ``{multiple: EmulatedLink}``: latency per message
-    ``ALPHA_PER_BACKWARD x backward_s``, and a bandwidth at which a ring
-    all-reduce of all ``nbytes`` of gradients spends ``multiple x backward_s``
-    sending bytes.
+    ``cluster`` defaults to 8-GPU nodes with one 400 Gb/s NIC each. At a fixed
+    global batch each rank's backward is ``backward_one_rank_s / ranks``.
+    Returns ``{"latency": ..., "bytes": ..., ...}``: ``latency`` is one ring
+    all-reduce's latency, ``2(n-1) alpha``, over the backward of one parameter
+    tensor (the backward over the number of tensors); ``bytes`` is the bandwidth
+    term of all the gradient bytes, ``2(n-1)/n G / beta``, over the backward.
+    The ring's alpha and beta are :func:`mylib.models.cluster.ring_alpha_beta`'s
+    (chapter 1's cluster model). The other keys hold the numbers behind them.
     """
-    alpha_s = ALPHA_PER_BACKWARD * backward_s
+    cluster = one_nic_nodes() if cluster is None else cluster
+    alpha_s, beta = ring_alpha_beta(cluster, ranks)
+    ring = tl.Link(ranks, alpha_s, beta)
+    backward_s = model["backward_one_rank_s"] / ranks
+    message_s = ring.allreduce_s(0)
+    bytes_s = ring.allreduce_s(model["grad_bytes"]) - message_s
     return {
-        m: EmulatedLink(ranks, alpha_s, bandwidth_for(m * backward_s, nbytes, ranks))
-        for m in multiples
+        "latency": message_s / (backward_s / model["tensors"]),
+        "bytes": bytes_s / backward_s,
+        "ranks": ranks,
+        "cluster": cluster.name,
+        "backward_s": backward_s,
+        "message_s": message_s,
+        "bytes_s": bytes_s,
+        "tensors": model["tensors"],
     }
+
+
+def link_for(backward_s, nbytes, tensors, ranks, ratios):
+    """The emulated link that keeps ``ratios`` (:func:`cluster_ratios`) here.
+
+    ``backward_s`` is this machine's backward, ``nbytes`` its gradient bytes in
+    ``tensors`` parameter tensors, ``ranks`` the ranks of the ring here. The
+    latency of one all-reduce, ``2(n-1) alpha``, is ``ratios["latency"]`` times
+    one tensor's share of the backward; all ``nbytes`` take ``ratios["bytes"]``
+    times the backward at the link's bandwidth.
+    """
+    message_s = ratios["latency"] * backward_s / tensors
+    alpha_s = message_s / (2 * (ranks - 1))
+    bandwidth = bandwidth_for(ratios["bytes"] * backward_s, nbytes, ranks)
+    return EmulatedLink(ranks, alpha_s, bandwidth)
 
 
 def emulated_experiment(
     caps_mb=CAPS,
-    multiples=MULTIPLES,
+    ratios=None,
     n_layers=8,
-    width=1024,
-    batch_size=1024,
+    width=512,
+    batch_size=512,
     rounds=5,
     warmup=1,
 ):
-    """On every rank: MyDDP steps per cap on emulated links, with the model's inputs.
+    """On every rank: MyDDP steps per cap on an emulated link, with the model's inputs.
 
     The model is ``n_layers`` x ``Linear(width, width)``, this rank's batch
     ``batch_size`` rows (a large batch makes the backward long next to the
-    real all-reduce, which still runs on the cores). Returns rank 0's
-    ``{"backward_s", "alpha_s", "gradient_bytes", "links": {multiple:
-    {"bandwidth", "result"}}}``, each ``result`` as ``trace_caps`` returns.
+    real all-reduce, which still runs on the cores). ``ratios`` default to
+    :func:`cluster_ratios`'s. ``warmup`` untimed steps per cap come first, on
+    plain gloo (MyDDP's first step rebuilds its buckets). Each round the caps run
+    in turn, in the opposite order every other round, so that a drift within a
+    round favours none.
+    Returns rank 0's ``{"ratios", "gradient_bytes", "tensors", "result"}``,
+    ``result`` as ``trace_caps`` returns it (each round's calibration holds
+    that round's link: ``alpha_s``, ``bandwidth``).
     """
+    ratios = cluster_ratios() if ratios is None else ratios
     model = mlp([width] * (n_layers + 1))
     generator = torch.Generator().manual_seed(1000 + dist.get_rank())
     x = torch.randn(batch_size, width, generator=generator)
@@ -95,54 +140,62 @@ def emulated_experiment(
     def forward():
         return loss_fn(model(x), y)
 
-    # the links come from one first measurement, the same on every rank
     for _ in range(2):  # warm-up: the first backwards allocate their buffers
         forward().backward()
-    layers = slowest_rank_layers(model, forward, repeats=7)
-    backward_s = sum(layer.backward_s for layer in layers)
     world = dist.get_world_size()
     nbytes = _gradient_bytes(model)
-    links = links_for(backward_s, nbytes, world, multiples)
+    tensors = sum(1 for p in model.parameters() if p.requires_grad)
     wrapped = {cap: _ddp_for(copy.deepcopy(model), cap) for cap in caps_mb}
     tracer = Tracer()
     for ddp in wrapped.values():
         ddp.tracer = tracer
-    rounds_of = {m: [] for m in multiples}
-    for r in range(warmup + rounds):
+        # warm-up, on plain gloo: the first step builds the buckets it rebuilds
+        for _ in range(warmup):
+            traced_step(ddp, lambda ddp=ddp: loss_fn(ddp(x), y), tracer, "warm-up")
+    kept = []
+    for r in range(rounds):
         layers = slowest_rank_layers(model, forward, repeats=3)
-        for m, link in links.items():
-            measured = {}
-            for cap, ddp in wrapped.items():
-                ddp.register_comm_hook(None, link)
-                mine = traced_step(
-                    ddp,
-                    lambda ddp=ddp: loss_fn(ddp(x), y),
-                    tracer,
-                    f"measured, cap {cap_label(cap)}",
-                )
-                measured[cap] = slowest_rank_step(mine)
-            calibration = {
-                "layers": layers,
-                "alpha_s": link.link.alpha_s,
-                "bandwidth": link.link.bandwidth,
-                "world_size": world,
-                "comm_stretch": 1.0,  # the emulated link uses no core
-                "compute_stretch": 1.0,
-            }
-            if r >= warmup:
-                rounds_of[m].append({"calibration": calibration, "measured": measured})
+        backward_s = sum(layer.backward_s for layer in layers)
+        link = link_for(backward_s, nbytes, tensors, world, ratios)
+        measured = {}
+        for cap in caps_mb if r % 2 == 0 else caps_mb[::-1]:
+            ddp = wrapped[cap]
+            ddp.register_comm_hook(None, link)
+            mine = traced_step(
+                ddp,
+                lambda ddp=ddp: loss_fn(ddp(x), y),
+                tracer,
+                f"measured, cap {cap_label(cap)}",
+            )
+            measured[cap] = slowest_rank_step(mine)
+        calibration = {
+            "layers": layers,
+            "alpha_s": link.link.alpha_s,
+            "bandwidth": link.link.bandwidth,
+            "world_size": world,
+            "comm_stretch": 1.0,  # the emulated link uses no core
+            "compute_stretch": 1.0,
+        }
+        kept.append({"calibration": calibration, "measured": measured})
     return {
-        "backward_s": backward_s,
-        "alpha_s": links[multiples[0]].link.alpha_s,
+        "ratios": ratios,
         "gradient_bytes": nbytes,
-        "links": {
-            m: {
-                "bandwidth": links[m].link.bandwidth,
-                "result": {"caps": list(caps_mb), "rounds": rounds_of[m]},
-            }
-            for m in multiples
-        },
+        "tensors": tensors,
+        "result": {"caps": list(caps_mb), "rounds": kept},
     }
+
+
+def link_summary(result):
+    """Medians over rounds: ``(backward_s, alpha_s, bandwidth)`` of the links used."""
+    rounds = result["rounds"]
+    return tuple(
+        statistics.median(value(r["calibration"]) for r in rounds)
+        for value in (
+            lambda c: sum(layer.backward_s for layer in c["layers"]),
+            lambda c: c["alpha_s"],
+            lambda c: c["bandwidth"],
+        )
+    )
 
 
 def slowest_rank_step(timeline):

@@ -84,8 +84,12 @@ def ddp_step_strip(timeline, *, width=780):
     cols, panel_w, panel_h = 2, width / 2, 124
     rows = (len(STRIP_CAPTIONS) + cols - 1) // cols
     fig = Svg(width, rows * panel_h + 26, label="one DDP step in six panels")
+    states_at = [bucket_states(timeline, t) for t in moments]
+    shown = {state for states in states_at for state in states}
     x = 8
-    for state, colour in BUCKET_STATES.items():  # the legend of the bucket squares
+    for state, colour in BUCKET_STATES.items():  # the legend: the states drawn
+        if state not in shown:
+            continue
         fig.rect(x, rows * panel_h + 10, 10, 10, fill=colour)
         fig.text(x + 14, rows * panel_h + 19, state, size=10, fill=PALETTE["muted"])
         x += 30 + 6 * len(state)
@@ -137,7 +141,7 @@ def ddp_step_strip(timeline, *, width=780):
             stroke=PALETTE["text"],
             stroke_width=1.5,
         )
-        states = bucket_states(timeline, t)
+        states = states_at[k]
         by = lanes_y + 2 * (LANE_H + LANE_GAP) + 10
         fig.text(ox + 8, by + 10, "buckets", size=10, fill=PALETTE["muted"])
         box = min(14.0, (panel_w - 70) / max(len(states), 1) - 2)

@@ -67,8 +67,10 @@ def _tooltip(span):
 
 
 def _metric_lines(timeline):
+    # four digits for the step: two caps a figure is asked to tell apart can end
+    # 0.1% apart (chapter 3's exercise: 2.153 s against 2.150 s)
     return [
-        ("step_s", "step", format_seconds(timeline.step_s)),
+        ("step_s", "step", format_seconds(timeline.step_s, 4)),
         ("exposed_comm_s", "exposed comm", format_seconds(timeline.exposed_comm_s)),
         ("overlap", "overlap", f"{timeline.overlap:.0%}"),
         ("n_buckets", "buckets", str(timeline.n_buckets)),
@@ -250,19 +252,29 @@ def _draw_lanes(fig, timeline, y, x_of, laid_out):
     return lane_y
 
 
-def _legend(fig, x, y):
-    items = [
-        ("forward", PALETTE["forward"]),
-        ("backward, per layer", PALETTE["compute"]),
-        ("optimizer", PALETTE["optimizer"]),
-        ("all-reduce, per bucket", PALETTE["comm"]),
-    ]
-    for label, colour in items:
-        swatch(fig, x, y, label, colour)
-        x += 24 + 5.6 * len(label)
-    fig.rect(x, y - 10, 16, 12, fill="none", stroke=PALETTE["exposed"], stroke_width=2)
-    fig.text(x + 20, y, "exposed communication", size=10, fill=PALETTE["muted"])
-    x += 30 + 5.6 * len("exposed communication")
+# the legend's entries, in its order: (span kind, label, colour)
+LEGEND = (
+    ("forward", "forward", PALETTE["forward"]),
+    ("backward", "backward, per layer", PALETTE["compute"]),
+    ("sync", "waiting for the all-reduces", PALETTE["idle"]),
+    ("optimizer", "optimizer", PALETTE["optimizer"]),
+    ("allreduce", "all-reduce, per bucket", PALETTE["comm"]),
+)
+
+
+def _legend(fig, x, y, timelines):
+    """The legend of :func:`draw_timelines`: only what the timelines draw."""
+    drawn = {span.kind for timeline in timelines for span in timeline.spans}
+    for kind, label, colour in LEGEND:
+        if kind in drawn:
+            swatch(fig, x, y, label, colour)
+            x += 24 + 5.6 * len(label)
+    if any(t.exposed_comm_s > 0 and tl.COMM in t.lanes for t in timelines):
+        fig.rect(
+            x, y - 10, 16, 12, fill="none", stroke=PALETTE["exposed"], stroke_width=2
+        )
+        fig.text(x + 20, y, "exposed communication", size=10, fill=PALETTE["muted"])
+        x += 30 + 5.6 * len("exposed communication")
     fig.line(x, y - 11, x, y + 2, stroke=PALETTE["text"], stroke_dasharray="3,2")
     fig.text(x + 5, y, "backward ends", size=10, fill=PALETTE["muted"])
 
@@ -298,7 +310,7 @@ def draw_timelines(timelines, *, width=780, t_max_s=None, title=None, panel=True
         size=10,
         fill=PALETTE["muted"],
     )
-    _legend(fig, LEFT, height - 8)
+    _legend(fig, LEFT, height - 8, timelines)
     laid_out = {}  # lane -> boxes, for _draw_lanes
     for k, timeline in enumerate(timelines):
         y = top + k * block_h
