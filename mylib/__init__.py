@@ -6,10 +6,9 @@ chapters build it:
 * chapter 0: ``launch`` (N ranks from a notebook, or under ``torchrun``)
 * chapter 1: ``comm`` (collectives that count bytes), ``ring`` (ring all-reduce)
 * chapter 2: ``averaging`` (equal replicas, disjoint data, mean gradients), ``loss``
-* chapter 3: ``ddp_steps`` (DDP in four steps), ``ddp`` (:class:`MyDDP`), ``tracer``,
-  ``emulated_link`` (a network link that leaves the cores to the backward)
+* chapter 3: ``ddp_steps`` (DDP in four steps), ``ddp`` (:class:`MyDDP`)
 * chapter 5: ``comm_hooks``, ``powersgd``
-* chapter 6: ``zero1``, ``zero2``, ``zero3``
+* chapter 6: ``zero1``, ``zero2``, ``zero3_flat`` and ``zero3``
 * chapter 7: ``local_sgd``
 * chapter 8: ``debug``, ``ddp_checks`` (what MyDDP refuses, and unused parameters)
 * chapter 9: ``checkpoint`` (a checkpoint that resumes bit-exactly)

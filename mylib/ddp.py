@@ -140,7 +140,7 @@ class MyDDP(DDPChecks, nn.Module):
         self.world_size = dist.get_world_size(process_group)
         self.broadcast_buffers = broadcast_buffers
         self.find_unused_parameters = find_unused_parameters
-        self.tracer = None  # callable(event, t, **fields): see mylib.tracer
+        self.tracer = None  # callable(event, t, **fields): see mylib.experiments.tracer
         self._check_same_model_on_every_rank()
         # Every replica starts from rank 0's weights.
         self._broadcast_from_rank0(t for _, t in self._params_and_buffers())

@@ -3,9 +3,9 @@
 Plain gloo moves the bytes on the cores the backward needs (``bench_timeline.py``
 measures that, contention and all). Here every bucket's real all-reduce is
 delivered when an emulated link would have carried it
-(:class:`mylib.emulated_link.EmulatedLink`), a link that, like a GPU cluster's
-network, does not compute on the cores. The link keeps a real cluster's ratios,
-re-derived each round from the measured backward
+(:class:`mylib.experiments.emulated_link.EmulatedLink`), a link that, like a GPU
+cluster's network, does not compute on the cores. The link keeps a real cluster's
+ratios, re-derived each round from the measured backward
 (:func:`mylib.experiments.emulated.cluster_ratios`: chapter 7's 7B model on 160
 H100s with one 400 Gb/s NIC a node): one all-reduce's latency against one tensor's
 backward, and all the gradient bytes' bandwidth time against the backward.

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from mylib import run_ranks
-from mylib.emulated_link import EmulatedLink, SleepingTimer, bandwidth_for
 from mylib.experiments.calibrate import ALL_AT_END, model_for
 from mylib.experiments.emulated import (
     CAPS,
@@ -20,6 +19,7 @@ from mylib.experiments.emulated import (
     link_summary,
     u_shape,
 )
+from mylib.experiments.emulated_link import EmulatedLink, SleepingTimer, bandwidth_for
 from mylib.figures.emulated_link import cap_sweep_figure
 from mylib.figures.timeline import bucketing_timelines
 from mylib.models import timeline as tl

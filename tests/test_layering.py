@@ -10,7 +10,8 @@
 * nothing in the library proper or in ``mylib.models`` imports
   ``mylib.figures`` or ``mylib.experiments``;
 * a figure of ``models/X.py`` lives at ``figures/X.py``: every figure module
-  is named after what it draws, or is part of the drawing kit;
+  is named after what it draws (a model, a library module, or an instrument
+  of ``experiments``), or is part of the drawing kit;
 * no line in ``mylib/`` is longer than 88 characters.
 
 Imports anywhere in a file count, also those inside functions.
@@ -112,13 +113,14 @@ def test_library_and_models_never_import_figures_or_experiments(path):
 
 
 def test_a_figure_is_named_after_what_it_draws():
-    drawn = {p.stem for p in _modules(MYLIB)} | {
-        p.stem for p in _modules(MYLIB / "models")
+    drawn = {
+        p.stem for sub in ("", "models", "experiments") for p in _modules(MYLIB / sub)
     }
     for path in _modules(MYLIB / "figures"):
         assert path.stem in KIT | drawn, (
-            f"figures/{path.name} draws no models/{path.name} or mylib/{path.name}: "
-            "name a figure after the model (or library module) it draws"
+            f"figures/{path.name} draws no models/, experiments/ or mylib/"
+            f"{path.name}: name a figure after the model, instrument or library "
+            "module it draws"
         )
 
 

@@ -1,4 +1,4 @@
-"""The tracer (mylib.tracer) and the calibration run (mylib.experiments.calibrate).
+"""The tracer and the calibration run (mylib.experiments: tracer, calibrate).
 
 Both are tested on real MyDDP steps on gloo ranks.
 
@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from mylib import run_ranks
+from mylib.experiments.tracer import Tracer, _layers_from_events, time_layers
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
-from mylib.tracer import Tracer, _layers_from_events, time_layers
 
 
 def test_timeline_from_synthetic_events():

@@ -6,14 +6,14 @@ step per bucket cap, so that a model and the steps it predicts are measured
 within the same second (on a shared machine the speed drifts between rounds):
 
 1. each layer's backward alone, with no communication
-   (:func:`mylib.tracer.time_layers`);
+   (:func:`mylib.experiments.tracer.time_layers`);
 2. all-reduces of the sizes the buckets can have, from 4 KB to the whole
    model, and alpha and beta fitted to them (:func:`link_sizes_for`,
    :func:`mylib.experiments.commbench.time_all_reduce`,
    :func:`mylib.models.costmodel.alpha_beta_from_ends`);
 3. how much compute and communication slow each other down when they run
    together (:func:`measure_contention`);
-4. one traced step (:class:`mylib.tracer.Tracer`) per cap, each cap on its
+4. one traced step (:class:`mylib.experiments.tracer.Tracer`) per cap, each cap on its
    own copy of the model wrapped in MyDDP.
 
 :func:`compare` feeds each round's inputs to the model
@@ -33,10 +33,10 @@ from torch import nn
 from mylib.ddp import MyDDP
 from mylib.experiments.commbench import time_all_reduce
 from mylib.experiments.common import mlp
+from mylib.experiments.tracer import Tracer, time_layers
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
 from mylib.models.costmodel import alpha_beta_from_ends
-from mylib.tracer import Tracer, time_layers
 
 # a cap meaning: one bucket, launched when the backward is over
 ALL_AT_END = "all at end"

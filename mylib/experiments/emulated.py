@@ -5,8 +5,9 @@ On this machine plain gloo moves the bytes on the cores the backward needs
 its bytes elsewhere, as a GPU cluster's network does, the lesson of chapter 3
 shows: a tiny cap pays the latency per message, one bucket at the end exposes
 all the communication, a cap in the middle wins. :func:`emulated_experiment`
-runs real MyDDP steps on :class:`mylib.emulated_link.EmulatedLink` to see it,
-and sets them against the model.
+runs real MyDDP steps on
+:class:`mylib.experiments.emulated_link.EmulatedLink` to see it, and sets them
+against the model.
 
 The link is not chosen to make the U appear: it keeps a real cluster's two
 ratios (:func:`cluster_ratios`), those of chapter 7's 7B model trained at a
@@ -36,7 +37,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mylib.emulated_link import EmulatedLink, bandwidth_for
 from mylib.experiments.calibrate import (
     ALL_AT_END,
     _ddp_for,
@@ -49,9 +49,10 @@ from mylib.experiments.calibrate import (
     traced_step,
 )
 from mylib.experiments.common import global_batches, mlp
+from mylib.experiments.emulated_link import EmulatedLink, bandwidth_for
+from mylib.experiments.tracer import Tracer
 from mylib.models import timeline as tl
 from mylib.models.cluster import one_nic_nodes, ring_alpha_beta
-from mylib.tracer import Tracer
 
 # 8 x Linear(512, 512): 1 MB of fp32 weight gradient a layer (MB = 2**20 bytes)
 CAPS = [0, 1, 2, 4, ALL_AT_END]

@@ -200,7 +200,7 @@ def transformer_like_layers(grad_bytes, backward_s, n_layers=32, tensors_per_lay
     ``grad_bytes`` in all and ``backward_s`` of backward compute in all, spread
     evenly; 7 tensors a block is a transformer block's query, key, value,
     output and three MLP matrices. For a model you can run, measure instead
-    (:mod:`mylib.tracer`). With the defaults and 14 GB, each tensor holds
+    (:mod:`mylib.experiments.tracer`). With the defaults and 14 GB, each tensor holds
     62.5 MB, more than a 25 MiB bucket cap: DDP's rule gives each its own
     bucket, 224 in all (:func:`llama_like_layers` has real shapes).
     """

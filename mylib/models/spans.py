@@ -5,7 +5,7 @@ time to another; a :class:`Timeline` holds a step's spans and what they add
 up to (:func:`summarize`): step time, backward end, time the link was busy,
 exposed communication, overlap. One definition serves the model
 (:mod:`mylib.models.timeline` and the figures built on it) and a measured run
-(:class:`mylib.tracer.Tracer`), so the two can be drawn and compared alike.
+(:class:`mylib.experiments.tracer.Tracer`), so the two can be drawn and compared alike.
 
 Standard library only: it runs in the reader's browser (Pyodide).
 """

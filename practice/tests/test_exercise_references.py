@@ -8,7 +8,8 @@ cannot drift apart:
 * exercise 15's bucket rebuild with ``mylib.models.buckets``
   (``assign_buckets`` over the ready order, ``first_iteration_buckets``),
   which ``tests/test_ddp_like_torch.py`` compares with PyTorch's DDP;
-* exercise 16's link schedule with ``mylib.emulated_link.EmulatedLink.book``;
+* exercise 16's link schedule with
+  ``mylib.experiments.emulated_link.EmulatedLink.book``;
 * exercise 21's intervals and lost time with ``mylib.models.checkpoint_interval``
   (the day's wall clock lost, w / (1 + w) for w lost per second of work);
   Daly's interval tends to Young's as C / M -> 0, and Young's interval
@@ -94,7 +95,7 @@ launches = st.lists(
 def test_link_schedule_reference_is_the_emulated_links_booking(
     steps, ranks, alpha, bandwidth
 ):
-    from mylib.emulated_link import EmulatedLink
+    from mylib.experiments.emulated_link import EmulatedLink
 
     link = EmulatedLink(ranks, alpha, bandwidth, timer=NoTimer())
     t, buckets, expected = 0.0, [], []

@@ -1,7 +1,7 @@
 """Checks for exercise 16 (standard library only: they also run in the browser).
 
-The reference is the booking rule of ``mylib/emulated_link.py`` (``EmulatedLink.book``
-and the ``real_done`` callback), written out here;
+The reference is the booking rule of ``mylib/experiments/emulated_link.py``
+(``EmulatedLink.book`` and the ``real_done`` callback), written out here;
 ``practice/tests/test_exercise_references.py`` proves the two agree.
 """
 
