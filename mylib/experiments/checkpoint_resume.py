@@ -7,16 +7,17 @@ tests call it too, under ``torchrun`` or, for the ablations, through
 with :class:`mylib.MyDDP`, on ``ResumableSampler`` global batches, saves a
 checkpoint every ``every`` steps, and resumes from the newest one it finds.
 :class:`Fault` makes it fail on purpose: a process that exits, a machine
-that leaves, freezes, or is busy outside any collective.
+that freezes, or one busy outside any collective.
 
 Every process appends what happened to ``out/events-rank{r}.jsonl`` (or
 ``events-{machine}.jsonl`` with one agent per machine): one JSON object a
 line, wall-clock time ``t``: ``start`` (the process began, before torch was
 imported, if the script passes ``t_start``), ``group`` (the process group is
-up: which round, what size), ``resumed``, one ``step`` per step (its loss on
+up: which round, what size), ``model`` and ``optimizer`` (each built),
+``resumed`` (the checkpoint loaded), one ``step`` per step (its loss on
 the global batch and this rank's sample indices), ``saved`` (seconds, and
 bytes on rank 0), ``error`` (a collective failed: its message), the
-:class:`Fault` that struck (``exit``, ``leave``, ``freeze``, ``busy``) and
+:class:`Fault` that struck (``exit``, ``freeze``, ``busy``) and
 ``done``. The chapter reads its timings and its lost steps from these lines.
 """
 
@@ -93,7 +94,9 @@ def train(
     log_group(out, t_start)
     x, y = dataset()
     model = MyDDP(make_model(dropout))
+    log(out, "model")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    log(out, "optimizer")  # a process's first optimizer imports torch._dynamo
     sampler = ResumableSampler(DATASET, GLOBAL_BATCH, seed=7)
     ckpt_dir = os.path.join(out, "ckpt")
     start, path = 0, latest_checkpoint(ckpt_dir)
@@ -266,7 +269,7 @@ def crash_then_resume(out, restore, crash_at=13, **kwargs):
     return train(out, restore=restore, **kwargs)
 
 
-FAILURES = ("exit", "leave", "freeze")
+FAILURES = ("exit", "freeze")
 
 
 def restart_timings(events):
@@ -275,13 +278,18 @@ def restart_timings(events):
     ``detect_restart_s``: from the failure to the restarted process starting
     (torchrun noticing it, stopping the group, starting it again);
     ``startup_s``: from then to the process group being up (importing torch,
-    rendezvous); ``resume_s``: to the checkpoint loaded;
-    ``lost_steps``: steps computed before the failure and done again.
+    rendezvous); ``resume_s``: from then to the checkpoint loaded, in three
+    parts: ``model_s`` (the model built and rank 0's weights broadcast),
+    ``optimizer_s`` (the optimizer built) and ``load_s`` (the checkpoint read
+    and put back); ``lost_steps``: steps computed before the failure and done
+    again.
     """
     failure = next(e for e in events if e["event"] in FAILURES)
     after = [e for e in events if e["t"] > failure["t"]]
     start = next(e for e in after if e["event"] in ("start", "group"))
     group = next(e for e in after if e["event"] == "group")
+    model = next(e for e in after if e["event"] == "model")
+    optimizer = next(e for e in after if e["event"] == "optimizer")
     resumed = next(e for e in after if e["event"] == "resumed")
     return {
         "crash_step": failure["step"],
@@ -290,6 +298,9 @@ def restart_timings(events):
         "detect_restart_s": start["t"] - failure["t"],
         "startup_s": group["t"] - start["t"],
         "resume_s": resumed["t"] - group["t"],
+        "model_s": model["t"] - group["t"],
+        "optimizer_s": optimizer["t"] - model["t"],
+        "load_s": resumed["t"] - optimizer["t"],
         "total_s": resumed["t"] - failure["t"],
     }
 
