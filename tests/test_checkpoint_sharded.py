@@ -65,7 +65,7 @@ def test_mylib_zero1_reshards_only_through_the_whole_state(tmp_path):
     path = str(tmp_path / "zero1.pt")
     saved = run_ranks(_zero1_state, 4, args=(path, False), timeout_s=120)[0]
     loaded = run_ranks(_zero1_state, 2, args=(path, True), timeout_s=120)[0]
-    from mylib.experiments.checkpoint_resume import same_state
+    from mylib.experiments.run_events import same_state
 
     assert same_state(saved, loaded)
 

@@ -25,7 +25,7 @@ import subprocess
 import time
 
 from mylib.checkpoint import FRESH_STORE_ENV
-from mylib.experiments.checkpoint_resume import read_events
+from mylib.experiments.run_events import read_events
 from mylib.experiments.torchrun import (
     descendants,
     runs,
