@@ -127,6 +127,10 @@ def test_crashed_rank_restarted_by_torchrun_resumes_bit_exactly(runs, tmp_path):
     assert (timings["crash_step"], timings["resumed_step"]) == (13, 10)
     assert timings["lost_steps"] == 3
     assert 0 < timings["detect_restart_s"] < timings["total_s"]
+    # the resume in its parts: the model, the optimizer, the load
+    parts = timings["model_s"] + timings["optimizer_s"] + timings["load_s"]
+    assert abs(parts - timings["resume_s"]) < 1e-6
+    assert min(timings["model_s"], timings["optimizer_s"], timings["load_s"]) >= 0
     events = cr.read_events(tmp_path)
     attempts = {e["attempt"] for e in events[0] if e["event"] == "group"}
     assert attempts == {0, 1}  # the group was started twice

@@ -65,6 +65,31 @@ def test_mylib_zero1_reshards_only_through_the_whole_state(tmp_path):
     path = str(tmp_path / "zero1.pt")
     saved = run_ranks(_zero1_state, 4, args=(path, False), timeout_s=120)[0]
     loaded = run_ranks(_zero1_state, 2, args=(path, True), timeout_s=120)[0]
-    from mylib.experiments.checkpoint_resume import same_state
+    from mylib.experiments.run_events import same_state
 
     assert same_state(saved, loaded)
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+def test_a_folder_without_its_metadata_does_not_load(tmp_path):
+    """DCP writes ``.metadata`` after every shard: without it, loading fails.
+
+    Chapter 9 calls it the commit marker. A save that died before its last
+    write leaves the shards and no ``.metadata``; ``dcp.load`` then raises
+    (``FileSystemReader.read_metadata`` finds no file) and reads nothing.
+    """
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    saved = {"w": torch.arange(6.0)}
+    dcp.save(saved, checkpoint_id=tmp_path, no_dist=True)
+    whole = {"w": torch.zeros(6)}
+    dcp.load(whole, checkpoint_id=tmp_path, no_dist=True)
+    assert torch.equal(whole["w"], saved["w"])  # complete: it loads
+    (tmp_path / ".metadata").unlink()  # the save died before its last write
+    assert any(p.suffix == ".distcp" for p in tmp_path.iterdir())  # shards remain
+    target = {"w": torch.zeros(6)}
+    with pytest.raises(CheckpointException, match="metadata is None"):
+        dcp.load(target, checkpoint_id=tmp_path, no_dist=True)
+    assert torch.equal(target["w"], torch.zeros(6))  # nothing was read

@@ -1,27 +1,25 @@
 """Running a script under ``torchrun --standalone`` on CPU ranks, for the tests."""
 
 import os
-import pathlib
-import subprocess
-import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from mylib.experiments import torchrun
 
 
-def run_torchrun(script, cwd, nproc=2, timeout=300):
-    """``torchrun --standalone --nproc-per-node=nproc script`` in ``cwd``.
+def run_torchrun(script, cwd, nproc=2, timeout=300, args=()):
+    """``torchrun --standalone --nproc-per-node=nproc script *args`` in ``cwd``.
 
     One thread per rank, the repository on ``PYTHONPATH`` (so ``import mylib``
     works from any folder). Returns the finished process, output captured.
+    Past ``timeout`` seconds every process it started is killed
+    (:func:`mylib.experiments.torchrun.run_torchrun`).
     """
-    torchrun = pathlib.Path(sys.executable).with_name("torchrun")
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    return subprocess.run(
-        [str(torchrun), "--standalone", f"--nproc-per-node={nproc}", str(script)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    return torchrun.run_torchrun(script, nproc, args, cwd=cwd, timeout_s=timeout)
+
+
+def left_behind(text):
+    """Pids of the processes still running with ``text`` on their command line."""
+    return [
+        pid
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+        if (pid != os.getpid() and torchrun.runs(pid, str(text)))
+    ]

@@ -7,20 +7,21 @@ tests call it too, under ``torchrun`` or, for the ablations, through
 with :class:`mylib.MyDDP`, on ``ResumableSampler`` global batches, saves a
 checkpoint every ``every`` steps, and resumes from the newest one it finds.
 :class:`Fault` makes it fail on purpose: a process that exits, a machine
-that leaves, freezes, or is busy outside any collective.
+that freezes, or one busy outside any collective.
 
 Every process appends what happened to ``out/events-rank{r}.jsonl`` (or
 ``events-{machine}.jsonl`` with one agent per machine): one JSON object a
 line, wall-clock time ``t``: ``start`` (the process began, before torch was
 imported, if the script passes ``t_start``), ``group`` (the process group is
-up: which round, what size), ``resumed``, one ``step`` per step (its loss on
+up: which round, what size), ``model`` and ``optimizer`` (each built),
+``resumed`` (the checkpoint loaded), one ``step`` per step (its loss on
 the global batch and this rank's sample indices), ``saved`` (seconds, and
 bytes on rank 0), ``error`` (a collective failed: its message), the
-:class:`Fault` that struck (``exit``, ``leave``, ``freeze``, ``busy``) and
-``done``. The chapter reads its timings and its lost steps from these lines.
+:class:`Fault` that struck (``exit``, ``freeze``, ``busy``) and
+``done``. :mod:`mylib.experiments.run_events` reads them back: the chapter's
+timings, lost steps and comparisons.
 """
 
-import collections
 import contextlib
 import json
 import os
@@ -40,6 +41,20 @@ from mylib.checkpoint import (
 )
 from mylib.ddp import MyDDP
 from mylib.experiments.faults import Fault, StopTraining
+
+# Reading a run back lives in run_events; the chapter and the tests reach it
+# through this module too (cr.read_events, cr.same_state, ...).
+from mylib.experiments.run_events import (  # noqa: F401
+    data_errors,
+    effective_steps,
+    final_state,
+    max_difference,
+    read_events,
+    restart_timings,
+    rounds,
+    same_state,
+    samples_seen,
+)
 
 DATASET, FEATURES, GLOBAL_BATCH, PARTS = 48, 8, 8, 2
 
@@ -93,7 +108,9 @@ def train(
     log_group(out, t_start)
     x, y = dataset()
     model = MyDDP(make_model(dropout))
+    log(out, "model")
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    log(out, "optimizer")  # a process's first optimizer imports torch._dynamo
     sampler = ResumableSampler(DATASET, GLOBAL_BATCH, seed=7)
     ckpt_dir = os.path.join(out, "ckpt")
     start, path = 0, latest_checkpoint(ckpt_dir)
@@ -193,65 +210,6 @@ def store_was_fresh(timeout_s=60.0):
     return fresh
 
 
-def read_events(out):
-    """Every process's events from ``out``: ``{rank or machine: [event dicts]}``.
-
-    Keys are ranks (ints) for one agent's workers, machine names (``"A"``)
-    for runs with one agent per machine, whose ranks change between rounds.
-    """
-    found = {}
-    for name in sorted(os.listdir(out)):
-        if name.startswith("events-") and name.endswith(".jsonl"):
-            who = name[len("events-") : -len(".jsonl")]
-            key = int(who[4:]) if who.startswith("rank") else who
-            with open(os.path.join(out, name)) as f:
-                found[key] = [json.loads(line) for line in f if line.strip()]
-    return found
-
-
-def rounds(events):
-    """One process's events cut into rounds, each from its ``start`` (or ``group``)."""
-    cut = []
-    for i, e in enumerate(events):
-        opens = e["event"] == "start" or (
-            e["event"] == "group" and (i == 0 or events[i - 1]["event"] != "start")
-        )
-        if opens or not cut:
-            cut.append([])
-        cut[-1].append(e)
-    return cut
-
-
-def effective_steps(events):
-    """The steps that made the final model: ``{step: event}`` from every attempt.
-
-    A step redone after a restart replaces the lost one (the later attempt wins).
-    """
-    kept = {}
-    for e in events:
-        if e["event"] == "resumed":  # steps after the resumed one are redone
-            kept = {s: v for s, v in kept.items() if s <= e["step"]}
-        elif e["event"] == "step":
-            kept[e["step"]] = e
-    return kept
-
-
-def samples_seen(events_by_rank):
-    """How often each sample went into the final model: a ``Counter`` over ranks."""
-    seen = collections.Counter()
-    for events in events_by_rank.values():
-        for e in effective_steps(events).values():
-            seen.update(e["samples"])
-    return seen
-
-
-def data_errors(run, reference):
-    """Samples a run read more often (repeated) and less often (skipped) than
-    the reference did: ``(repeated, skipped)``, counted with multiplicity."""
-    a, b = samples_seen(run), samples_seen(reference)
-    return sum((a - b).values()), sum((b - a).values())
-
-
 def crash_then_resume(out, restore, crash_at=13, **kwargs):
     """On every rank: train until ``crash_at``, stop, then resume as a fresh run.
 
@@ -264,56 +222,3 @@ def crash_then_resume(out, restore, crash_at=13, **kwargs):
     except StopTraining:
         pass
     return train(out, restore=restore, **kwargs)
-
-
-FAILURES = ("exit", "leave", "freeze")
-
-
-def restart_timings(events):
-    """From one process's events: the failure, and how long the restart took.
-
-    ``detect_restart_s``: from the failure to the restarted process starting
-    (torchrun noticing it, stopping the group, starting it again);
-    ``startup_s``: from then to the process group being up (importing torch,
-    rendezvous); ``resume_s``: to the checkpoint loaded;
-    ``lost_steps``: steps computed before the failure and done again.
-    """
-    failure = next(e for e in events if e["event"] in FAILURES)
-    after = [e for e in events if e["t"] > failure["t"]]
-    start = next(e for e in after if e["event"] in ("start", "group"))
-    group = next(e for e in after if e["event"] == "group")
-    resumed = next(e for e in after if e["event"] == "resumed")
-    return {
-        "crash_step": failure["step"],
-        "resumed_step": resumed["step"],
-        "lost_steps": failure["step"] - resumed["step"],
-        "detect_restart_s": start["t"] - failure["t"],
-        "startup_s": group["t"] - start["t"],
-        "resume_s": resumed["t"] - group["t"],
-        "total_s": resumed["t"] - failure["t"],
-    }
-
-
-def final_state(out):
-    """What rank 0 wrote at the end: ``{"model": ..., "optimizer": ...}``."""
-    return torch.load(os.path.join(out, "final.pt"), weights_only=False)
-
-
-def same_state(a, b):
-    """True when two final states are bit-identical (``torch.equal`` everywhere)."""
-    return _equal(a, b)
-
-
-def max_difference(a, b):
-    """The largest absolute difference between two final models' parameters."""
-    return max((a["model"][k] - b["model"][k]).abs().max().item() for k in a["model"])
-
-
-def _equal(a, b):
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_equal(u, v) for u, v in zip(a, b))
-    if torch.is_tensor(a):
-        return torch.is_tensor(b) and a.dtype == b.dtype and torch.equal(a, b)
-    return a == b

@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from mylib.experiments.checkpoint_resume import same_state as _equal
+from mylib.experiments.run_events import same_state as _equal
 
 WIDTH, LAYERS, GLOBAL_BATCH = 256, 4, 8
 FULL = StateDictOptions(full_state_dict=True)  # on every rank (cpu_offload: rank 0)

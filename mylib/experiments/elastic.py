@@ -3,8 +3,8 @@
 Every agent runs as a subprocess in a session of its own, on a free port,
 with a time limit. :class:`Agents` stands for a cluster on this machine: one
 ``torchrun`` agent per "machine", each with its own workers, that the caller
-can start late, freeze (SIGSTOP of the agent and its workers: a machine that
-stops answering, as a hung or cut-off host does) or kill. When the block
+can start late or freeze (SIGSTOP of the agent and its workers: a machine
+that stops answering, as a hung or cut-off host does). When the block
 ends, on success, timeout or interrupt, every agent and every worker it
 started is killed, so no process outlives the call. The workers run in
 sessions of their own (torchrun starts them so), and are tracked by pid.
@@ -22,13 +22,17 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 from mylib.checkpoint import FRESH_STORE_ENV
-from mylib.experiments.checkpoint_resume import read_events
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+from mylib.experiments.run_events import read_events
+from mylib.experiments.torchrun import (
+    descendants,
+    runs,
+    send,
+    torchrun_path,
+    worker_env,
+)
 
 # Rendezvous settings for a quick re-form (``--rdzv-conf``). The defaults: a
 # machine is dead after keep_alive_max_attempt=3 missed heartbeats sent every
@@ -44,11 +48,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def torchrun():
-    """The ``torchrun`` of this Python (the virtual environment's)."""
-    return str(pathlib.Path(sys.executable).with_name("torchrun"))
 
 
 class Agents:
@@ -99,7 +98,7 @@ class Agents:
     def start(self, node):
         """Start the agent of machine ``node`` (its workers follow)."""
         args = [
-            torchrun(),
+            torchrun_path(),
             f"--nnodes={self.nnodes}",
             f"--nproc-per-node={self.nproc}",
             f"--max-restarts={self.max_restarts}",
@@ -113,15 +112,11 @@ class Agents:
         if conf:
             args.append("--rdzv-conf=" + ",".join(f"{k}={v}" for k, v in conf.items()))
         args += [self.script, self.out, *map(str, self.script_args)]
-        path = ROOT, os.environ.get("PYTHONPATH")
-        env = {
-            **os.environ,
+        env = worker_env(
             **(FRESH_STORE_ENV if self.fresh_store else {}),
             **({"ELASTIC_NODE": node} if self.nproc == 1 else {}),
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join(str(p) for p in path if p),
-            "LOGLEVEL": "INFO",
-        }
+            LOGLEVEL="INFO",
+        )
         with open(self.log_path(node), "w") as log:
             self.agents[node] = subprocess.Popen(
                 args,
@@ -142,7 +137,7 @@ class Agents:
     def processes(self, node):
         """Pids of ``node``'s agent and of every process it started, alive now."""
         pids = [self.agents[node].pid]
-        pids += _descendants(pids[0])
+        pids += descendants(pids[0])
         self.seen.update(pids)
         return pids
 
@@ -154,14 +149,8 @@ class Agents:
         """
         pids = self.processes(node)
         for pid in pids:
-            _signal(pid, signal.SIGSTOP)
+            send(pid, signal.SIGSTOP)
         return time.time()
-
-    def kill(self, node):
-        """SIGKILL the agent and workers of ``node`` (a stopped one too)."""
-        for pid in self.processes(node):
-            _signal(pid, signal.SIGKILL)
-        self.agents[node].wait()
 
     def wait_for(self, found, what, poll_s=0.1):
         """Wait until ``found(read_events(out))`` is true; returns its value.
@@ -197,8 +186,8 @@ class Agents:
         for node in self.agents:
             self.processes(node)
         for pid in sorted(self.seen):
-            if _is_ours(pid, self.script) or pid in _agent_pids(self.agents):
-                _signal(pid, signal.SIGKILL)
+            if runs(pid, self.script) or pid in _agent_pids(self.agents):
+                send(pid, signal.SIGKILL)
         for proc in self.agents.values():
             proc.wait()
 
@@ -234,7 +223,9 @@ def agent_log_lines(text, wanted):
 
     The time of day and the source file stay, the path before it goes:
     ``21:35:09.742 api.py:942] [default] Worker group FAILED. ...``; gloo's
-    C++ source locations in a worker's error go.
+    C++ source locations in a worker's error go, and so does the folder of
+    the worker's Python (``of binary: python``): what is printed depends on
+    neither the machine nor the checkout.
     """
     head = re.compile(
         r"^[IWE]\d{4} (\d\d:\d\d:\d\d\.\d{3})\d* \d+ \S*?([^/\s]+\.py:\d+)\] "
@@ -245,44 +236,10 @@ def agent_log_lines(text, wanted):
             match = head.match(line)
             if match:
                 line = f"{match[1]} {match[2]}] {line[match.end() :]}"
+            line = re.sub(r"(of binary: )\S*/", r"\1", line)
             lines.append(re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ", "", line))
     return lines
 
 
-def _descendants(pid):
-    """Pids of every living process below ``pid`` (from /proc)."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _is_ours(pid, script):
-    """Whether ``pid`` still runs ``script`` (a pid is reused after it exits)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return script.encode() in f.read()
-    except OSError:
-        return False
-
-
 def _agent_pids(agents):
     return {p.pid for p in agents.values() if p.poll() is None}
-
-
-def _signal(pid, sig):
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

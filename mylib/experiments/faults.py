@@ -1,5 +1,5 @@
-"""Chapter 9's failures, on purpose: a process that exits, a machine that leaves,
-freezes, or is busy outside any collective.
+"""Chapter 9's failures, on purpose: a process that exits, a machine that freezes,
+or one that is busy outside any collective.
 
 :func:`mylib.experiments.checkpoint_resume.train` calls :meth:`Fault.strike`
 after every step. A fault strikes once (a marker file in the run's folder
@@ -7,7 +7,6 @@ remembers it), so a restarted process that redoes the step goes on.
 """
 
 import os
-import signal
 import time
 
 import torch.distributed as dist
@@ -24,8 +23,6 @@ class Fault:
     else every rank. ``action``:
 
     * ``"exit"``: ``os._exit(1)``, a crashed process on a live machine;
-    * ``"leave"``: SIGTERM to its torchrun agent, which stops its workers and
-      exits: the machine leaves the job;
     * ``"freeze"``: log ``freeze`` and wait, outside any collective, for the
       caller to stop the machine (:meth:`mylib.experiments.elastic.Agents.freeze`);
     * ``"busy"``: work for up to ``busy_s`` seconds outside any collective
@@ -35,7 +32,7 @@ class Fault:
     A marker file in ``out`` makes it strike once, whatever the restarts.
     """
 
-    ACTIONS = ("exit", "leave", "freeze", "busy", "stop")
+    ACTIONS = ("exit", "freeze", "busy", "stop")
 
     def __init__(self, step, action, node=None, rank=None, busy_s=30.0):
         if action not in self.ACTIONS:
@@ -64,11 +61,9 @@ class Fault:
         log(out, self.action, step=step)
         if self.action == "exit":
             os._exit(1)
-        if self.action == "leave":
-            os.kill(os.getppid(), signal.SIGTERM)
         if self.action == "stop":
             raise StopTraining(step)
-        time.sleep(self.busy_s)  # freeze, busy, leave: until stopped or killed
+        time.sleep(self.busy_s)  # freeze, busy: until stopped or killed
 
     def _here(self):
         if self.node is not None:

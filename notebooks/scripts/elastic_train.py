@@ -1,4 +1,4 @@
-"""Data-parallel training whose machines fail, leave, freeze or join.
+"""Data-parallel training whose machines crash, freeze or join.
 
 Start one agent per machine (here: several on this one), one process each:
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ELASTIC_NODE=A torchrun --nnodes=1:2 \
@@ -6,10 +6,10 @@ TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 ELASTIC_NODE=A torchrun --nnodes=1:2 \
     --rdzv-endpoint=HOST:PORT --rdzv-id=chapter9 elastic_train.py OUT \
     [--fault STEP:MACHINE:ACTION ...] [--dropout P] [--timeout-s S]
 A fault strikes once, after STEP, on the machine named MACHINE (its
-ELASTIC_NODE): exit (the process crashes), leave (its agent is stopped),
-freeze (it waits to be frozen from outside), busy (it works outside any
-collective). Every round resumes from the newest checkpoint in OUT/ckpt; at
-world size 1 a rank accumulates two micro-batches per step instead of one.
+ELASTIC_NODE): exit (the process crashes), freeze (it waits to be frozen
+from outside), busy (it works outside any collective). Every round resumes
+from the newest checkpoint in OUT/ckpt; at world size 1 a rank accumulates
+two micro-batches per step instead of one.
 """
 
 import time
