@@ -139,6 +139,9 @@ class MyDDP(DDPChecks, nn.Module):
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.broadcast_buffers = broadcast_buffers
+        # Whether a forward broadcasts buffers is decided here, as DDP decides:
+        # a module without any is not walked submodule by submodule every forward.
+        self._has_buffers = any(True for _ in module.buffers())
         self.find_unused_parameters = find_unused_parameters
         self.tracer = None  # callable(event, t, **fields): see mylib.tracer
         self._check_same_model_on_every_rank()
@@ -223,7 +226,7 @@ class MyDDP(DDPChecks, nn.Module):
         self._check_forward()
         if self._rebuild_due and torch.is_grad_enabled():
             self._rebuild_buckets()
-        if self.broadcast_buffers and self.world_size > 1:
+        if self.broadcast_buffers and self._has_buffers and self.world_size > 1:
             self._broadcast_from_rank0(self.module.buffers())
         output = self.module(*args, **kwargs)
         # The forward decides, as DDP's: inside no_sync() the coming backward
@@ -237,28 +240,32 @@ class MyDDP(DDPChecks, nn.Module):
     def _on_grad_ready(self, index, param):
         """Autograd has accumulated ``param.grad``: file it in its bucket.
 
-        Then launch the buckets that are complete, in order.
+        If that fills the bucket, launch the buckets that are complete, in order.
         """
         bucket, slot = self._where[index]
         self._note_arrival(index, bucket, slot)  # tracing, checks, arrival order
         self._into_bucket(bucket, slot, param)  # .grad becomes a view of the bucket
         if self._prepared:  # a forward inside no_sync() (chapter 4): nothing is sent
             bucket.ready.add(slot)
-            self._launch_ready_buckets()
-            self.allreduces_in_backward = self._next_bucket
+            if bucket.is_full():  # only a bucket just filled can let buckets go
+                self._launch_ready_buckets()
+                self.allreduces_in_backward = self._next_bucket
 
     def _note_arrival(self, index, bucket, slot):
         """The bookkeeping of a gradient's arrival: trace, checks, arrival order."""
-        self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
+        if self.tracer is not None:
+            self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
         self._used.add(index)
         if not self._prepared:
             self._local_grads = True  # no_sync(): accumulated here, averaged later
             return
         if not self._backward_seen:
             self._backward_seen, self.allreduces_in_backward = True, 0
-            for i in self._unused:
+            for i in self._unused:  # find_unused_parameters (chapter 8)
                 self._mark_unused_ready(i)
-        self._check_one_gradient(bucket, slot, index)
+            self._launch_ready_buckets()  # buckets those filled leave now, as DDP's
+        if slot in bucket.ready:  # a second gradient in one synchronised backward
+            self._refuse_second_gradient(bucket, slot, index)
         if self._ready_order is not None:
             self._ready_order.append(index)
 
@@ -302,10 +309,11 @@ class MyDDP(DDPChecks, nn.Module):
 
         Returns the parameters some rank used (``find_unused_parameters``).
         """
-        for i, (bucket, slot) in self._where.items():
-            if slot not in bucket.ready:  # reached by the forward, yet no gradient
-                self._mark_unused_ready(i)
-        self._launch_ready_buckets()
+        if self._next_bucket < len(self.buckets):  # some bucket waits for a gradient
+            for i, (bucket, slot) in self._where.items():
+                if slot not in bucket.ready:  # reached by the forward, no gradient
+                    self._mark_unused_ready(i)
+            self._launch_ready_buckets()
         return self._used_on_any_rank() if self.find_unused_parameters else ()
 
     def _end_iteration(self, used):
