@@ -73,6 +73,7 @@ class Bucket:
             self.views.append(self.flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
         self.ready = set()  # slots whose gradient arrived in this backward
+        self.copied = 0  # bytes copied in from fresh .grad tensors since the last sync
 
     def is_full(self):
         return len(self.ready) == len(self.params)
@@ -179,7 +180,7 @@ class MyDDP(DDPChecks, nn.Module):
         # find_unused_parameters=True, as PyTorch).
         self._ready_order = None if find_unused_parameters else []
         self._rebuild_due = False
-        self.copied_bytes = self._copied = 0
+        self.copied_bytes = 0
         self._install_guard_rails()
         self._reset_iteration()
 
@@ -276,7 +277,7 @@ class MyDDP(DDPChecks, nn.Module):
             # fresh tensor. Copy it in and make .grad a view again.
             view.copy_(param.grad)
             param.grad = view
-            self._copied += comm.nbytes(view)
+            bucket.copied += comm.nbytes(view)
 
     def _launch_ready_buckets(self):
         # Collectives are matched by order, not by name: every rank must launch
@@ -321,7 +322,7 @@ class MyDDP(DDPChecks, nn.Module):
         for i in used:  # used somewhere: .grad is the average
             bucket, slot = self._where[i]
             self._named[i][1].grad = bucket.views[slot]
-        self.copied_bytes, self._copied = self._copied, 0
+        self.copied_bytes = sum(bucket.copied for bucket in self.buckets)
         self._rebuild_due = self._ready_order is not None
         self._reset_iteration()
         self._prepared = self._local_grads = False
@@ -360,6 +361,7 @@ class MyDDP(DDPChecks, nn.Module):
     def _reset_iteration(self):
         for bucket in self.buckets:
             bucket.ready.clear()
+            bucket.copied = 0
         self._next_bucket, self._futures, self._backward_seen = 0, [], False
         self.allreduces_in_backward = getattr(self, "allreduces_in_backward", 0)
         # find_unused_parameters: not reached by the forward; given a gradient
