@@ -73,6 +73,7 @@ class Bucket:
             self.views.append(self.flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
         self.ready = set()  # slots whose gradient arrived in this backward
+        self.copied = 0  # bytes copied in from fresh .grad tensors since the last sync
 
     def is_full(self):
         return len(self.ready) == len(self.params)
@@ -139,6 +140,9 @@ class MyDDP(DDPChecks, nn.Module):
         self.process_group = process_group
         self.world_size = dist.get_world_size(process_group)
         self.broadcast_buffers = broadcast_buffers
+        # Whether a forward broadcasts buffers is decided here, as DDP decides:
+        # a module without any is not walked submodule by submodule every forward.
+        self._has_buffers = any(True for _ in module.buffers())
         self.find_unused_parameters = find_unused_parameters
         self.tracer = None  # callable(event, t, **fields): see mylib.experiments.tracer
         self._check_same_model_on_every_rank()
@@ -176,7 +180,7 @@ class MyDDP(DDPChecks, nn.Module):
         # find_unused_parameters=True, as PyTorch).
         self._ready_order = None if find_unused_parameters else []
         self._rebuild_due = False
-        self.copied_bytes = self._copied = 0
+        self.copied_bytes = 0
         self._install_guard_rails()
         self._reset_iteration()
 
@@ -223,7 +227,7 @@ class MyDDP(DDPChecks, nn.Module):
         self._check_forward()
         if self._rebuild_due and torch.is_grad_enabled():
             self._rebuild_buckets()
-        if self.broadcast_buffers and self.world_size > 1:
+        if self.broadcast_buffers and self._has_buffers and self.world_size > 1:
             self._broadcast_from_rank0(self.module.buffers())
         output = self.module(*args, **kwargs)
         # The forward decides, as DDP's: inside no_sync() the coming backward
@@ -237,28 +241,32 @@ class MyDDP(DDPChecks, nn.Module):
     def _on_grad_ready(self, index, param):
         """Autograd has accumulated ``param.grad``: file it in its bucket.
 
-        Then launch the buckets that are complete, in order.
+        If that fills the bucket, launch the buckets that are complete, in order.
         """
         bucket, slot = self._where[index]
         self._note_arrival(index, bucket, slot)  # tracing, checks, arrival order
         self._into_bucket(bucket, slot, param)  # .grad becomes a view of the bucket
         if self._prepared:  # a forward inside no_sync() (chapter 4): nothing is sent
             bucket.ready.add(slot)
-            self._launch_ready_buckets()
-            self.allreduces_in_backward = self._next_bucket
+            if bucket.is_full():  # only a bucket just filled can let buckets go
+                self._launch_ready_buckets()
+                self.allreduces_in_backward = self._next_bucket
 
     def _note_arrival(self, index, bucket, slot):
         """The bookkeeping of a gradient's arrival: trace, checks, arrival order."""
-        self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
+        if self.tracer is not None:
+            self._trace("grad_ready", name=bucket.names[slot], bucket=bucket.index())
         self._used.add(index)
         if not self._prepared:
             self._local_grads = True  # no_sync(): accumulated here, averaged later
             return
         if not self._backward_seen:
             self._backward_seen, self.allreduces_in_backward = True, 0
-            for i in self._unused:
+            for i in self._unused:  # find_unused_parameters (chapter 8)
                 self._mark_unused_ready(i)
-        self._check_one_gradient(bucket, slot, index)
+            self._launch_ready_buckets()  # buckets those filled leave now, as DDP's
+        if slot in bucket.ready:  # a second gradient in one synchronised backward
+            self._refuse_second_gradient(bucket, slot, index)
         if self._ready_order is not None:
             self._ready_order.append(index)
 
@@ -269,7 +277,7 @@ class MyDDP(DDPChecks, nn.Module):
             # fresh tensor. Copy it in and make .grad a view again.
             view.copy_(param.grad)
             param.grad = view
-            self._copied += comm.nbytes(view)
+            bucket.copied += comm.nbytes(view)
 
     def _launch_ready_buckets(self):
         # Collectives are matched by order, not by name: every rank must launch
@@ -302,10 +310,11 @@ class MyDDP(DDPChecks, nn.Module):
 
         Returns the parameters some rank used (``find_unused_parameters``).
         """
-        for i, (bucket, slot) in self._where.items():
-            if slot not in bucket.ready:  # reached by the forward, yet no gradient
-                self._mark_unused_ready(i)
-        self._launch_ready_buckets()
+        if self._next_bucket < len(self.buckets):  # some bucket waits for a gradient
+            for i, (bucket, slot) in self._where.items():
+                if slot not in bucket.ready:  # reached by the forward, no gradient
+                    self._mark_unused_ready(i)
+            self._launch_ready_buckets()
         return self._used_on_any_rank() if self.find_unused_parameters else ()
 
     def _end_iteration(self, used):
@@ -313,7 +322,7 @@ class MyDDP(DDPChecks, nn.Module):
         for i in used:  # used somewhere: .grad is the average
             bucket, slot = self._where[i]
             self._named[i][1].grad = bucket.views[slot]
-        self.copied_bytes, self._copied = self._copied, 0
+        self.copied_bytes = sum(bucket.copied for bucket in self.buckets)
         self._rebuild_due = self._ready_order is not None
         self._reset_iteration()
         self._prepared = self._local_grads = False
@@ -352,6 +361,7 @@ class MyDDP(DDPChecks, nn.Module):
     def _reset_iteration(self):
         for bucket in self.buckets:
             bucket.ready.clear()
+            bucket.copied = 0
         self._next_bucket, self._futures, self._backward_seen = 0, [], False
         self.allreduces_in_backward = getattr(self, "allreduces_in_backward", 0)
         # find_unused_parameters: not reached by the forward; given a gradient

@@ -68,20 +68,23 @@ class DDPChecks:
                 "optimizer.step()"
             )
 
-    def _check_one_gradient(self, bucket, slot, index):
-        if slot in bucket.ready and index in self._unused:
+    def _refuse_second_gradient(self, bucket, slot, index):
+        """A parameter whose slot is already ready got a gradient: say why it is wrong.
+
+        Called only then, so that the hook pays one set lookup per gradient.
+        """
+        if index in self._unused:
             raise RuntimeError(
                 f"parameter {bucket.names[slot]!r} got a gradient, but the forward's "
                 "outputs do not depend on it, so find_unused_parameters=True had "
                 "already sent it as unused: compute everything that uses it inside "
                 "the module's forward()"
             )
-        if slot in bucket.ready:
-            raise RuntimeError(
-                f"parameter {bucket.names[slot]!r} got a second gradient before "
-                "finish_gradient_sync(): run one backward per synchronised step "
-                "(use no_sync() to accumulate micro-steps)"
-            )
+        raise RuntimeError(
+            f"parameter {bucket.names[slot]!r} got a second gradient before "
+            "finish_gradient_sync(): run one backward per synchronised step "
+            "(use no_sync() to accumulate micro-steps)"
+        )
 
     def _check_finish(self):
         self._check_not_released()
@@ -105,13 +108,15 @@ class DDPChecks:
                 "finish_gradient_sync() was called without a backward() since the "
                 "last call: call it exactly once per step, after loss.backward()"
             )
+        if self._next_bucket == len(self.buckets) or self.find_unused_parameters:
+            return  # every bucket left, or the missing ones are found as unused
         missing = [
             b.names[s]
             for b in self.buckets
             for s in range(len(b.params))
             if s not in b.ready
         ]
-        if missing and not self.find_unused_parameters:
+        if missing:
             self._reset_iteration()
             raise RuntimeError(
                 f"{len(missing)} parameter(s) got no gradient in this backward: "
