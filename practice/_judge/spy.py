@@ -7,9 +7,10 @@ path to a collective: the functions of ``torch.distributed`` and of
 ``distributed_c10d``, the names the reader imported, the process group's
 and its backend's methods, the functional collectives, and the c10d
 operators (``torch.ops.c10d.*``, ``torch.ops._c10d_functional.*`` and
-``torch.ops._c10d_functional_autograd.*``); and it refuses a forbidden
-collective once more where every one of those paths ends, in the dispatcher
-(a dispatch mode), whatever name the call was made by.
+``torch.ops._c10d_functional_autograd.*``). Below all of them, where every
+path ends, a dispatch mode notes each c10d operator of a forbidden collective
+the dispatcher runs, whatever name the call was made by, and the spy refuses
+it when the watched code returns.
 """
 
 import contextlib
