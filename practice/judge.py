@@ -371,7 +371,7 @@ def show_hint(ex, args, console, progress):
     for i in indices:
         console.print(
             report.Text(
-                f"Hint {i + 1} of {len(hints)} for {ex.number} {ex.title}", style="bold"
+                f"Hint {i + 1} of {len(hints)} for {ex.short} {ex.title}", style="bold"
             )
         )
         console.print(hints[i], markup=False)

@@ -364,7 +364,7 @@ def _one_more_call(stall_s=0.0):
     import torch
     import torch.distributed as dist
 
-    from mylib.debug import CollectiveHang, CollectiveLedger
+    from mylib.ledger import CollectiveHang, CollectiveLedger
 
     try:
         with CollectiveLedger(timeout_s=1.0):
@@ -419,3 +419,48 @@ def test_the_ledger_finds_a_same_shape_swap_by_its_lines():
     assert zero.endswith("dist.all_reduce(grad, group=group)"), zero
     assert one.endswith("dist.all_reduce(metric, group=group)"), one
     assert all("[stopped at #1]" in line for line in _ledger_lines(reports[1])[::2])
+
+
+def _ledger_and_flight_recorder():
+    """What the ledger and PyTorch's flight recorder each record of one DDP step,
+    a functional all-reduce and a plain one."""
+    import json
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from mylib.ledger import CollectiveLedger
+
+    def recorded():
+        return json.loads(torch._C._distributed_c10d._dump_fr_trace_json())["entries"]
+
+    before = len(recorded())
+    with CollectiveLedger(timeout_s=5) as ledger:
+        model = DDP(torch.nn.Linear(3, 2))
+        model(torch.ones(4, 3)).sum().backward()
+        t = torch.ones(3)
+        fc.wait_tensor(fc.all_reduce(t, "sum", dist.group.WORLD))
+        dist.all_reduce(t)
+    new = recorded()[before:]
+    return (
+        [e["op"] for e in ledger.entries],
+        [e["profiling_name"] for e in new],
+        {e["state"] for e in new},
+    )
+
+
+def test_the_ledger_does_not_see_ddp_s_or_functional_collectives():
+    """What its docstring says it misses: DDP's collectives (issued in C++) and
+    the functional ones, which the flight recorder, inside the process group,
+    records on gloo too (where its entries stay "scheduled", as chapter 8 says)."""
+    runs = run_ranks(_ledger_and_flight_recorder, 2, show_output=False)
+    for ledger, flight, states in runs:
+        assert ledger == ["all_reduce"]  # the plain one only
+        # DDP: the shapes' all-gather, the weights' broadcast, the bucket's
+        # all-reduce; then the functional all-reduce and the plain one.
+        assert flight[0] == "gloo:all_gather"
+        assert "gloo:broadcast" in flight
+        assert flight[-3:] == ["gloo:all_reduce"] * 3
+        assert states == {"scheduled"}

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from mylib import debug
 from mylib.ddp import MyDDP
+from mylib.ledger import CollectiveHang, CollectiveLedger
 
 LR = 0.1
 
@@ -241,14 +242,14 @@ def mismatched_collectives(kind="order", checked=False, ledger=None):
     each other forever); ``kind="same_shape"``: two all-reduces of same-shaped
     tensors, a metric and a gradient (they pair up wrongly and nobody
     notices). ``checked=True`` runs them on :func:`mylib.debug.checked_group`;
-    ``ledger`` (a dict of :class:`mylib.debug.CollectiveLedger` arguments) in
+    ``ledger`` (a dict of :class:`mylib.ledger.CollectiveLedger` arguments) in
     a ledger, and returns its report.
     """
     if ledger is not None:
         try:
-            with debug.CollectiveLedger(**ledger):
+            with CollectiveLedger(**ledger):
                 return mismatched_collectives(kind, checked)
-        except debug.CollectiveHang as e:
+        except CollectiveHang as e:
             return e.report
     rank = dist.get_rank()
     group = debug.checked_group() if checked else None
@@ -278,13 +279,13 @@ def logged_on_rank_zero(steps=3, ledger_timeout_s=None):
     Rank 0's all-reduce of the loss meets the other ranks' all-reduce of the
     next step's first gradient: sizes differ, and gloo aborts the process.
     With ``ledger_timeout_s``, the loop runs inside
-    :class:`mylib.debug.CollectiveLedger` and each rank returns the ledger's
+    :class:`mylib.ledger.CollectiveLedger` and each rank returns the ledger's
     report instead.
     """
     rank = dist.get_rank()
     model = BranchNet()
     ledger = (
-        debug.CollectiveLedger(timeout_s=ledger_timeout_s)
+        CollectiveLedger(timeout_s=ledger_timeout_s)
         if ledger_timeout_s
         else contextlib.nullcontext()
     )
@@ -298,7 +299,7 @@ def logged_on_rank_zero(steps=3, ledger_timeout_s=None):
                 if rank == 0:  # the bug: a collective only rank 0 calls
                     total = loss.detach().clone()
                     dist.all_reduce(total)
-    except debug.CollectiveHang as e:
+    except CollectiveHang as e:
         return e.report
     return "no hang"
 

@@ -62,20 +62,24 @@ class Exercise:
     time_limit_s: float
     check_timeout_s: float
     dir: str
-    index: int = 0
+    index: int = 0  # its place in its chapter, by folder number: 1, 2, ...
     # a bug hunt: the starter is a script with one bug a real project shipped, and
     # runs (it fails the checks rather than saying "not written yet")
-    bug_hunt: bool = False  # its place in its chapter, by folder number: 1, 2, ...
+    bug_hunt: bool = False
 
     @property
     def short(self):
-        """The id readers see: chapter and place in the chapter, e.g. ``3.1``."""
+        """The id readers see everywhere: chapter and place in the chapter (``3.1``).
+
+        The place is the folder order within the chapter (``index``), so the ids
+        are generated, never typed; a test checks every text that names one.
+        """
         return f"{self.chapter}.{self.index}"
 
     @property
     def order(self):
-        """Where it comes in the suggested order: chapter, then difficulty."""
-        return (self.chapter, DIFFICULTIES.index(self.difficulty), self.number)
+        """Where it comes in the book: its chapter, then its place in the chapter."""
+        return (self.chapter, self.index)
 
     def path(self, name):
         """The path of one of the exercise's own files.
@@ -103,7 +107,7 @@ class Exercise:
 
 
 def load_exercises(exercises_dir=EXERCISES_DIR):
-    """Every exercise, in number order.
+    """Every exercise, in the book's order: by chapter, then place in the chapter.
 
     Raises :class:`CatalogError` naming a malformed folder.
     """
@@ -123,7 +127,7 @@ def load_exercises(exercises_dir=EXERCISES_DIR):
     for ex in out:
         seen[ex.chapter] = seen.get(ex.chapter, 0) + 1
         numbered.append(dataclasses.replace(ex, index=seen[ex.chapter]))
-    return numbered
+    return sorted(numbered, key=lambda ex: ex.order)
 
 
 def _read_toml(path):
@@ -181,8 +185,9 @@ def _load_one(folder, chapters):
 def find(exercises, query):
     """The exercise that ``query`` names.
 
-    ``query`` is its chapter id (``3.1``: chapter 3, first exercise), its
-    folder number (``6`` or ``06``), its folder name or slug, or a unique prefix.
+    ``query`` is its id (``3.1``: chapter 3, first exercise), or, as before
+    the ids, its folder number (``6`` or ``06``), its folder name or slug, or a
+    unique prefix.
     """
     q = str(query).strip().lower().rstrip("/")
     if re.fullmatch(r"\d+\.\d+", q):
@@ -203,7 +208,7 @@ def find(exercises, query):
     matches = [ex for ex in exercises if ex.id.startswith(q) or ex.slug.startswith(q)]
     if len(matches) == 1:
         return matches[0]
-    ids = ", ".join(f"{ex.short} ({ex.number})" for ex in exercises)
+    ids = ", ".join(ex.short for ex in exercises)
     if matches:
         raise CatalogError(
             f"'{query}' could mean "

@@ -91,7 +91,7 @@ def print_table(console, exercises, states, progress_warning=None):
     for ex in exercises:
         state = states[ex.id]
         table.add_row(
-            f"{ex.short} ({ex.number})",
+            ex.short,
             ex.title,
             str(ex.chapter),
             Text(ex.difficulty, style=DIFFICULTY_STYLE[ex.difficulty]),
@@ -113,7 +113,7 @@ def print_table(console, exercises, states, progress_warning=None):
 def next_exercise(exercises, states, after=None):
     """The first exercise not passed yet (after ``after``, wrapping around).
 
-    In the suggested order: by chapter, the easy ones of a chapter first.
+    In the book's order: by chapter, then place in the chapter.
     """
     order = sorted(exercises, key=lambda ex: ex.order)
     if after is not None:

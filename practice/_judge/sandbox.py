@@ -32,11 +32,13 @@ import types
 from _judge import (  # noqa: F401
     checking,
     child,
+    collectives,
     confine,
     forkranks,
     loading,
     manifest,
     ranks,
+    spy,
     tamper,
     wire,
 )
@@ -61,6 +63,8 @@ TORCH_PRELOAD = (
     "torch.optim",
     "torch.distributed._functional_collectives",
     "_judge.ranks",
+    "_judge.spy",
+    "_judge.collectives",
     "_judge.forkranks",
     "_judge.child",
 )

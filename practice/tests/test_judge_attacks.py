@@ -265,8 +265,8 @@ def test_a_fit_that_writes_its_line_into_the_data_fails(tmp_path):
             """\
 
             def fit_alpha_beta(nbytes, seconds):
-                alpha, beta = 1e-5, 1e-9  # not a fit at all
-                seconds[:] = [alpha + beta * x for x in nbytes]
+                alpha, beta = 1e-5, 1e9  # not a fit at all
+                seconds[:] = [alpha + x / beta for x in nbytes]
                 return alpha, beta
             """
         )
@@ -384,6 +384,46 @@ def test_patching_the_rank_side_fakes_nothing(tmp_path, attack_name):
     report = grade_file(AVERAGE, str(path))
     assert not report.passed, (attack_name, report.results)
     assert report.results[0]["status"] != "passed", report.results[0]
+
+
+# Exercise 22 unfixed, with DDP's hook registration patched: the hook the
+# checks once counted with sees one all-reduce per step, while every micro-step
+# still all-reduces. Which micro-steps all-reduced is now told in the judge
+# from the gradients the ranks send back, so the patch changes nothing.
+COMM_HOOK_FAKE = """
+from torch.nn.parallel import DistributedDataParallel as _DDP
+
+_LAST = [True]
+_register = _DDP.register_comm_hook
+
+
+def _patched(self, state, hook):
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+        allreduce_hook,
+    )
+
+    def chooser(st, bucket):
+        return hook(st, bucket) if _LAST[0] else allreduce_hook(st, bucket)
+
+    return _register(self, state, chooser)
+
+
+_DDP.register_comm_hook = _patched
+"""
+
+
+def test_a_patched_comm_hook_registration_fakes_nothing_in_22(tmp_path):
+    exercise = catalog.find(EXERCISES, "22")
+    starter = open(exercise.path("starter.py"), encoding="utf-8").read()
+    loop = "    for i, (x, y) in enumerate(micro_batches):\n"
+    marked = starter.replace(loop, loop + "        _LAST[0] = i == k - 1\n")
+    assert marked != starter
+    path = tmp_path / "fake22.py"
+    path.write_text(COMM_HOOK_FAKE + marked)
+    report = grade_file(exercise, str(path))
+    assert not report.passed, report.results
+    problem = next(r for r in report.results if r["status"] != "passed")
+    assert "every micro-step all-reduced" in problem["message"], problem
 
 
 # ----------------------------------------------------------------------------

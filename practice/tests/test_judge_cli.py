@@ -57,16 +57,20 @@ def workspace(home, exercise):
 def test_list_shows_every_exercise_progress_and_next_step(home):
     out = judge(home)
     assert out.returncode == 0
+    # Listed in the book's order, by their one id.
+    listed = [out.stdout.find(f"{ex.short} ") for ex in EXERCISES]
+    assert -1 not in listed and listed == sorted(listed)
     for ex in EXERCISES:
-        assert ex.number in out.stdout and ex.title[:20] in out.stdout
+        assert ex.title[:20] in out.stdout
     assert f"Progress: 0 of {len(EXERCISES)} passed" in out.stdout
-    # Next: the first chapter's easy exercise, not its hard one.
-    assert "Next: 1.2 " in out.stdout
-    assert "02_alpha_beta.py" in out.stdout and "practice/judge.py 1.2" in out.stdout
+    # Next: the first exercise of the first chapter.
+    assert "Next: 1.1 " in out.stdout
+    assert "01_ring_all_reduce.py" in out.stdout
+    assert "practice/judge.py 1.1" in out.stdout
     # The file the listing names exists from the first listing on.
     for ex in EXERCISES:
         assert workspace(home, ex).read_text() == open(ex.path("starter.py")).read()
-        assert f"{ex.short} ({ex.number})" in out.stdout
+        assert f"({ex.number})" not in out.stdout
 
 
 def test_grading_creates_the_file_from_the_starter_and_fails(home):
@@ -83,9 +87,9 @@ def test_passing_records_progress_and_points_to_the_next(home):
     shutil.copyfile(BUCKETS.path("solution.py"), workspace(home, BUCKETS))
     out = judge(home, "6")
     assert out.returncode == 0, out.stdout
-    # Next: the following one by chapter, then difficulty (easy first).
-    order = sorted(EXERCISES, key=lambda ex: ex.order)
-    following = order[order.index(BUCKETS) + 1]
+    # Next: the following one in the book: 3.2.
+    following = EXERCISES[EXERCISES.index(BUCKETS) + 1]
+    assert following.short == "3.2"
     assert "PASSED" in out.stdout and f"Next: {following.short} " in out.stdout
     progress = json.loads((home / ".progress.json").read_text())
     assert progress["exercises"][BUCKETS.id]["state"] == "passed"
@@ -109,7 +113,7 @@ def test_ids_can_be_numbers_slugs_or_paths(home):
     ):
         out = judge(home, "show", name)
         assert (
-            out.returncode == 0 and "# 06 · Assign parameters to buckets" in out.stdout
+            out.returncode == 0 and "# 3.1 · Assign parameters to buckets" in out.stdout
         )
 
 
@@ -129,8 +133,8 @@ def test_unknown_id_and_bad_commands_name_the_fix(home):
 
 def test_hints_come_one_at_a_time(home):
     hints = BUCKETS.hints()
-    first = judge(home, "hint", "06").stdout
-    assert f"Hint 1 of {len(hints)}" in first and hints[0][:30] in first
+    first = judge(home, "hint", "3.1").stdout
+    assert f"Hint 1 of {len(hints)} for 3.1 " in first and hints[0][:30] in first
     second = judge(home, "hint", "06").stdout
     assert f"Hint 2 of {len(hints)}" in second and hints[1][:30] in second
     everything = judge(home, "hint", "06", "--all").stdout

@@ -261,6 +261,290 @@ def test_fake_6_every_path_to_all_reduce_is_refused(tmp_path):
         )
 
 
+# Every way to an all-gather or a reduce-scatter below torch.distributed's own
+# names, and through its old names; "bound" ones are taken before the spy starts,
+# as a module-level `from ... import` or `OP = torch.ops...` would be.
+GATHER_SCATTER_PATHS = (
+    "dist.all_gather_single",
+    "dist.all_gather_into_tensor",
+    "c10d._all_gather_base",
+    "dist.all_gather",
+    "dist.all_gather_object",
+    "pg.all_gather_single",
+    "pg._allgather_base",
+    "pg.allgather_into_tensor_coalesced",
+    "pg.all_gather_single_coalesced",
+    "pg.allgather",
+    "backend._allgather_base",
+    "bound pg._allgather_base",
+    "fc.all_gather_single",
+    "fc.all_gather_single_autograd",
+    "fc.all_gather_tensor",
+    "fc.all_gather_tensor_autograd",
+    "ops._c10d_functional.all_gather_into_tensor",
+    "ops._c10d_functional_autograd.all_gather_into_tensor",
+    "ops.c10d._allgather_base_",
+    "bound ops._c10d_functional.all_gather_into_tensor",
+    "bound ops.c10d._allgather_base_",
+    "dist.reduce_scatter_single",
+    "dist.reduce_scatter_tensor",
+    "c10d._reduce_scatter_base",
+    "dist.reduce_scatter",
+    "pg.reduce_scatter_single",
+    "pg._reduce_scatter_base",
+    "pg.reduce_scatter_tensor_coalesced",
+    "pg.reduce_scatter",
+    "backend._reduce_scatter_base",
+    "bound pg._reduce_scatter_base",
+    "fc.reduce_scatter_single",
+    "fc.reduce_scatter_tensor",
+    "fc.reduce_scatter_tensor_autograd",
+    "ops._c10d_functional.reduce_scatter_tensor",
+    "ops.c10d._reduce_scatter_base_",
+    "bound ops._c10d_functional.reduce_scatter_tensor",
+)
+
+
+def _paths(n):
+    """Each path of GATHER_SCATTER_PATHS: a function that makes that call."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+    import torch.distributed.distributed_c10d as c10d
+
+    pg = c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu"))
+    name, ops = pg.group_name, torch.ops
+    one, many = torch.ones(2), torch.ones(2 * n)
+
+    def out(k=1):
+        return torch.empty(2 * n * k)
+
+    def gathered(t):
+        return ops._c10d_functional.wait_tensor(t)
+
+    rs = ops.c10d._reduce_scatter_base_.default
+    total = torch.classes.c10d.ReduceOp()  # the operators' own ReduceOp: a sum
+    return {
+        "dist.all_gather_single": lambda: dist.all_gather_single(out(), one),
+        "dist.all_gather_into_tensor": lambda: dist.all_gather_into_tensor(out(), one),
+        "c10d._all_gather_base": lambda: c10d._all_gather_base(out(), one),
+        "dist.all_gather": lambda: dist.all_gather([torch.empty(2)] * n, one),
+        "dist.all_gather_object": lambda: dist.all_gather_object([None] * n, 1),
+        "pg.all_gather_single": lambda: pg.all_gather_single(out(), one).wait(),
+        "pg._allgather_base": lambda: pg._allgather_base(out(), one).wait(),
+        "pg.allgather_into_tensor_coalesced": lambda: (
+            pg.allgather_into_tensor_coalesced([out()], [one]).wait()
+        ),
+        "pg.all_gather_single_coalesced": lambda: pg.all_gather_single_coalesced(
+            [out()], [one]
+        ).wait(),
+        "pg.allgather": lambda: pg.allgather([[torch.empty(2)] * n], [one]).wait(),
+        "backend._allgather_base": lambda: backend._allgather_base(out(), one).wait(),
+        "bound pg._allgather_base": (lambda f: lambda: f(out(), one).wait())(
+            pg._allgather_base
+        ),
+        "fc.all_gather_single": lambda: gathered(fc.all_gather_single(one, 0, pg)),
+        "fc.all_gather_single_autograd": lambda: gathered(
+            fc.all_gather_single_autograd(one, 0, pg)
+        ),
+        "fc.all_gather_tensor": lambda: gathered(fc.all_gather_tensor(one, 0, pg)),
+        "fc.all_gather_tensor_autograd": lambda: gathered(
+            fc.all_gather_tensor_autograd(one, 0, pg)
+        ),
+        "ops._c10d_functional.all_gather_into_tensor": lambda: gathered(
+            ops._c10d_functional.all_gather_into_tensor(one, n, name)
+        ),
+        "ops._c10d_functional_autograd.all_gather_into_tensor": lambda: gathered(
+            ops._c10d_functional_autograd.all_gather_into_tensor(one, n, name)
+        ),
+        "ops.c10d._allgather_base_": lambda: ops.c10d._allgather_base_(
+            out(), one, pg.boxed(), False, -1
+        )[1].wait(),
+        "bound ops._c10d_functional.all_gather_into_tensor": (
+            lambda f: lambda: gathered(f(one, n, name))
+        )(ops._c10d_functional.all_gather_into_tensor.default),
+        "bound ops.c10d._allgather_base_": (
+            lambda f: lambda: f(out(), one, pg.boxed(), False, -1)[1].wait()
+        )(ops.c10d._allgather_base_.default),
+        "dist.reduce_scatter_single": lambda: dist.reduce_scatter_single(
+            torch.empty(2), many
+        ),
+        "dist.reduce_scatter_tensor": lambda: dist.reduce_scatter_tensor(
+            torch.empty(2), many
+        ),
+        "c10d._reduce_scatter_base": lambda: c10d._reduce_scatter_base(
+            torch.empty(2), many
+        ),
+        "dist.reduce_scatter": lambda: dist.reduce_scatter(
+            torch.empty(2), [torch.ones(2)] * n
+        ),
+        "pg.reduce_scatter_single": lambda: pg.reduce_scatter_single(
+            torch.empty(2), many
+        ).wait(),
+        "pg._reduce_scatter_base": lambda: pg._reduce_scatter_base(
+            torch.empty(2), many
+        ).wait(),
+        "pg.reduce_scatter_tensor_coalesced": lambda: (
+            pg.reduce_scatter_tensor_coalesced([torch.empty(2)], [many]).wait()
+        ),
+        "pg.reduce_scatter": lambda: pg.reduce_scatter(
+            [torch.empty(2)], [[torch.ones(2)] * n]
+        ).wait(),
+        "backend._reduce_scatter_base": lambda: backend._reduce_scatter_base(
+            torch.empty(2), many
+        ).wait(),
+        "bound pg._reduce_scatter_base": (
+            lambda f: lambda: f(torch.empty(2), many).wait()
+        )(pg._reduce_scatter_base),
+        "fc.reduce_scatter_single": lambda: gathered(
+            fc.reduce_scatter_single(many, "sum", 0, pg)
+        ),
+        "fc.reduce_scatter_tensor": lambda: gathered(
+            fc.reduce_scatter_tensor(many, "sum", 0, pg)
+        ),
+        "fc.reduce_scatter_tensor_autograd": lambda: gathered(
+            fc.reduce_scatter_tensor_autograd(many, "sum", 0, pg)
+        ),
+        "ops._c10d_functional.reduce_scatter_tensor": lambda: gathered(
+            ops._c10d_functional.reduce_scatter_tensor(many, "sum", n, name)
+        ),
+        "ops.c10d._reduce_scatter_base_": lambda: rs(
+            torch.empty(2), many, pg.boxed(), total, False, -1
+        )[1].wait(),
+        "bound ops._c10d_functional.reduce_scatter_tensor": (
+            lambda f: lambda: gathered(f(many, "sum", n, name))
+        )(ops._c10d_functional.reduce_scatter_tensor.default),
+    }
+
+
+def _load_checks(exercise):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("checks", exercise.path("checks.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# A check may name a collective by its old name: it covers the new one too.
+OLD_NAMES = ["all_gather_into_tensor", "reduce_scatter_tensor"]
+LIST_FORMS = {
+    "dist.all_gather",
+    "dist.all_gather_object",
+    "pg.allgather",
+    "dist.reduce_scatter",
+    "pg.reduce_scatter",
+}
+
+
+def _probe(forbid_lists):
+    """On each rank: every path under each ``forbid`` list, and what was recorded.
+
+    Returns ``{"forbid": [{path: outcome}], "recorded": {path: calls}}``; an
+    outcome is the refused collective's name, "allowed" or "error: ...".
+    """
+    import warnings
+
+    import torch.distributed as dist
+
+    from _judge.spy import spy_on_dist
+
+    # The old names are called on purpose: their FutureWarning is no failure here.
+    warnings.filterwarnings("ignore", "`torch.distributed.", FutureWarning)
+    n = dist.get_world_size()
+    outcomes = []
+    for forbid in forbid_lists:
+        done, paths = {}, _paths(n)  # "bound" paths are bound here, before the spy
+        for path in GATHER_SCATTER_PATHS:
+            try:
+                with spy_on_dist([], forbid=forbid, why="the test"):
+                    paths[path]()
+                done[path] = "allowed"
+            except RuntimeError as e:
+                words = str(e).split("torch.distributed.", 1)
+                refused = "does not allow" in str(e)
+                done[path] = words[1].split(":")[0] if refused else f"error: {e}"
+            dist.barrier()
+        outcomes.append(done)
+    recorded, paths = {}, _paths(n)
+    for path in GATHER_SCATTER_PATHS:
+        if path.startswith(("dist.", "c10d.", "pg.", "backend.")):
+            with spy_on_dist(OLD_NAMES + ["all_gather", "reduce_scatter"]) as spy:
+                paths[path]()
+            recorded[path] = [c[0] for c in spy.calls]
+            dist.barrier()
+    return {"forbid": outcomes, "recorded": recorded}
+
+
+def test_fake_6_every_path_to_all_gather_and_reduce_scatter_is_refused():
+    """Exercises 01 and 17 forbid all-gather and reduce-scatter: by every path.
+
+    Ranks that call each path under the two exercises' lists, and under a
+    list that names only the old names, are refused at each; the calls made
+    through torch.distributed, its process group and backend are recorded
+    under the collective's new name, whichever name the check used.
+    """
+    from _judge.ranks import run_locally
+
+    lists = [
+        list(_load_checks(RING).COLLECTIVES),
+        list(_load_checks(catalog.find(EXERCISES, "17")).FORBIDDEN),
+        OLD_NAMES,
+    ]
+    results = run_locally(_probe, 2, (lists,), busy_s=120.0)
+    for rank, result in enumerate(results):
+        for forbid, done in zip(lists, result["forbid"]):
+            for path in GATHER_SCATTER_PATHS:
+                if forbid == OLD_NAMES and path in LIST_FORMS:
+                    assert done[path] == "allowed", (rank, path, done[path])
+                    continue
+                family = "all_gather" if "gather" in path else "reduce_scatter"
+                assert done[path].startswith(family), (rank, forbid, path, done[path])
+        for path, calls in result["recorded"].items():
+            family = "all_gather" if "gather" in path else "reduce_scatter"
+            expected = family if path in LIST_FORMS else f"{family}_single"
+            if path == "dist.all_gather_object":
+                assert calls and set(calls) == {expected}, (path, calls)
+            else:
+                assert calls == [expected], (rank, path, calls)
+
+
+def test_fake_6_a_built_in_all_gather_fails_exercise_01(tmp_path):
+    """Graded end to end: a sum made by an all-gather (a method, a bound operator)."""
+    gather = (
+        "flat = tensor.detach().reshape(-1).contiguous()\n"
+        "    every = torch.empty(n * flat.numel(), dtype=flat.dtype)\n"
+        "    {gather}\n"
+        "    tensor.copy_(every.view(n, -1).sum(0).view_as(tensor))"
+    )
+    for name, call, top in (
+        (
+            "method",
+            "c10d._get_default_group()._allgather_base(every, flat).wait()",
+            "",
+        ),
+        (
+            "bound-op",
+            "every.copy_(torch.ops._c10d_functional.wait_tensor(\n"
+            "        OP(flat, n, c10d._get_default_group().group_name)))",
+            "OP = torch.ops._c10d_functional.all_gather_into_tensor.default\n",
+        ),
+    ):
+        head, tail = RING_FAKE.format(call=gather.format(gather=call)).split(
+            "\n\ndef ", 1
+        )
+        source = head + "\n" + top + "\n\ndef " + tail
+        path = write(tmp_path, source, f"{name}.py")
+        report = grade_file(RING, str(path))
+        assert not report.passed, name
+        problem = next(r for r in report.results if r["status"] != "passed")
+        assert "does not allow torch.distributed.all_gather" in problem["message"], (
+            name,
+            problem,
+        )
+
+
 def test_the_manifest_is_current():
     """Whoever changes an exercise regenerates it: `make practice-manifest`."""
     with open(manifest.MANIFEST, encoding="utf-8") as f:

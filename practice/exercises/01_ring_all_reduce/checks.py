@@ -1,4 +1,4 @@
-"""Checks for exercise 01: on real gloo ranks, compared with the sum computed here.
+"""Checks for exercise 1.1: on real gloo ranks, compared with the sum computed here.
 
 The ranks run the reader's ring and send back their tensors; the sum they
 must hold is computed in the judge. The bytes sent are counted by a spy in

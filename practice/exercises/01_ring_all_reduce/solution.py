@@ -1,4 +1,4 @@
-"""Exercise 01, reference solution."""
+"""Exercise 1.1, reference solution."""
 
 import torch
 import torch.distributed as dist

@@ -1,7 +1,7 @@
-"""Exercise 01: ring all-reduce from send and recv (chapter 1).
+"""Exercise 1.1: ring all-reduce from send and recv (chapter 1).
 
 Read practice/exercises/01_ring_all_reduce/README.md, write the function,
-then grade it:  python practice/judge.py 01
+then grade it:  python practice/judge.py 1.1
 """
 
 import torch

@@ -1,10 +1,10 @@
-"""Exercise 02, reference solution."""
+"""Exercise 1.2, reference solution."""
 
 
 def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
     """Seconds a ring all-reduce of ``nbytes`` over ``world_size`` ranks takes.
 
-    In the alpha-beta model.
+    In the alpha-beta model; beta is the bandwidth, in bytes per second.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -17,9 +17,10 @@ def ring_allreduce_seconds(nbytes, world_size, alpha_s, bandwidth_bytes_per_s):
 
 
 def fit_alpha_beta(message_bytes, seconds):
-    """Fit ``seconds = alpha + beta * bytes`` by least squares.
+    """Fit ``seconds = alpha + bytes / beta`` by least squares.
 
-    Returns (alpha_s, beta_s_per_byte).
+    Returns (alpha_s, beta_bytes_per_s): the line's intercept, and the inverse
+    of its slope.
     """
     if len(message_bytes) != len(seconds):
         raise ValueError(
@@ -33,5 +34,9 @@ def fit_alpha_beta(message_bytes, seconds):
     mean_y = sum(seconds) / n
     sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(message_bytes, seconds))
     sxx = sum((x - mean_x) ** 2 for x in message_bytes)
-    beta = sxy / sxx
-    return mean_y - beta * mean_x, beta
+    slope = sxy / sxx  # seconds per byte
+    if slope <= 0:
+        raise ValueError(
+            "the times do not grow with the size (slope <= 0): no bandwidth to fit"
+        )
+    return mean_y - slope * mean_x, 1 / slope

@@ -1,4 +1,4 @@
-"""Checks for exercise 03: on real gloo ranks, against whole-batch gradients.
+"""Checks for exercise 2.1: on real gloo ranks, against whole-batch gradients.
 
 The ranks only run the reader's function and send back their raw gradients;
 the whole batch's gradients, and every difference, are computed here, in the

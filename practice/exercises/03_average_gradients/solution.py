@@ -1,4 +1,4 @@
-"""Exercise 03, reference solution."""
+"""Exercise 2.1, reference solution."""
 
 import torch.distributed as dist
 

@@ -1,7 +1,7 @@
-"""Exercise 03: average gradients after backward (chapter 2).
+"""Exercise 2.1: average gradients after backward (chapter 2).
 
 Read practice/exercises/03_average_gradients/README.md, write the function,
-then grade it:  python practice/judge.py 03
+then grade it:  python practice/judge.py 2.1
 """
 
 import torch

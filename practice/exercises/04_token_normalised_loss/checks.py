@@ -1,4 +1,4 @@
-"""Checks for exercise 04: on real gloo ranks, against the mean over all tokens.
+"""Checks for exercise 2.2: on real gloo ranks, against the mean over all tokens.
 
 The ranks send back their gradients and losses; the mean over all tokens is
 computed here, in the judge.

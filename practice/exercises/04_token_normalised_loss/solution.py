@@ -1,4 +1,4 @@
-"""Exercise 04, reference solution."""
+"""Exercise 2.2, reference solution."""
 
 import torch
 import torch.distributed as dist

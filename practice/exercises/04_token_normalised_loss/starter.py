@@ -1,7 +1,7 @@
-"""Exercise 04: the token-normalised loss across ranks (chapter 2).
+"""Exercise 2.2: the token-normalised loss across ranks (chapter 2).
 
 Read practice/exercises/04_token_normalised_loss/README.md, write the
-function, then grade it:  python practice/judge.py 04
+function, then grade it:  python practice/judge.py 2.2
 """
 
 import torch

@@ -1,4 +1,4 @@
-"""Checks for exercise 05 (standard library only: they also run in the browser)."""
+"""Checks for exercise 2.3 (standard library only: they also run in the browser)."""
 
 import math
 import random

@@ -1,4 +1,4 @@
-"""Exercise 05, reference solution."""
+"""Exercise 2.3, reference solution."""
 
 import math
 import random

@@ -1,7 +1,7 @@
-"""Exercise 05: a sampler's disjoint, complete shards (chapter 2).
+"""Exercise 2.3: a sampler's disjoint, complete shards (chapter 2).
 
 Read practice/exercises/05_sampler_shards/README.md, write the function,
-then grade it:  python practice/judge.py 05
+then grade it:  python practice/judge.py 2.3
 """
 
 import math

@@ -1,4 +1,4 @@
-"""Exercise 06, reference solution."""
+"""Exercise 3.1, reference solution."""
 
 MB = 1024 * 1024
 

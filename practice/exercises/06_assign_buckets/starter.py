@@ -1,7 +1,7 @@
-"""Exercise 06: assign parameters to buckets (chapter 3).
+"""Exercise 3.1: assign parameters to buckets (chapter 3).
 
 Read practice/exercises/06_assign_buckets/README.md, write the function
-below, then grade it:  python practice/judge.py 06
+below, then grade it:  python practice/judge.py 3.1
 """
 
 MB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""Checks for exercise 07 (standard library only: they also run in the browser)."""
+"""Checks for exercise 3.2 (standard library only: they also run in the browser)."""
 
 import copy
 import random

@@ -1,4 +1,4 @@
-"""Exercise 07, reference solution."""
+"""Exercise 3.2, reference solution."""
 
 
 def simulate_backward(

@@ -1,7 +1,7 @@
-"""Exercise 07: the timeline of a bucketed backward (chapter 3).
+"""Exercise 3.2: the timeline of a bucketed backward (chapter 3).
 
 Read practice/exercises/07_bucket_timeline/README.md, write the function,
-then grade it:  python practice/judge.py 07
+then grade it:  python practice/judge.py 3.2
 """
 
 

@@ -1,4 +1,4 @@
-"""Checks for exercise 08: on real gloo ranks, against whole-batch SGD."""
+"""Checks for exercise 4.1: on real gloo ranks, against whole-batch SGD."""
 
 from _judge.checking import check, expect_equal, fail
 from _judge.ranks import on_ranks

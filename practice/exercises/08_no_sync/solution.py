@@ -1,4 +1,4 @@
-"""Exercise 08, reference solution."""
+"""Exercise 4.1, reference solution."""
 
 import contextlib
 

@@ -1,7 +1,7 @@
-"""Exercise 08: gradient accumulation with no_sync (chapter 4).
+"""Exercise 4.1: gradient accumulation with no_sync (chapter 4).
 
 Read practice/exercises/08_no_sync/README.md, write ``TinyDDP.no_sync`` and
-``train_step``, then grade them:  python practice/judge.py 08
+``train_step``, then grade them:  python practice/judge.py 4.1
 """
 
 import contextlib

@@ -1,4 +1,4 @@
-"""Checks for exercise 09: on real gloo ranks, alone and registered on PyTorch's DDP.
+"""Checks for exercise 5.1: on real gloo ranks, alone and registered on PyTorch's DDP.
 
 The averages are computed here, in the judge; PyTorch's own bf16 hook trains
 on ranks that run none of the reader's code (reference_on_ranks), and the
@@ -121,7 +121,8 @@ def none_state(sol):
 
 
 def torch_bf16_hook(state, bucket):
-    """PyTorch's bf16 compression (DDP refuses its own name on gloo)."""
+    """PyTorch's bf16 compression, by another name (DDP refuses its own on a
+    CPU-only build: _check_comm_hook)."""
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import _compress_hook
 

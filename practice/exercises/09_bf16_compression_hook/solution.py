@@ -1,4 +1,4 @@
-"""Exercise 09, reference solution."""
+"""Exercise 5.1, reference solution."""
 
 import torch
 import torch.distributed as dist

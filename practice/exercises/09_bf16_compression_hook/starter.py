@@ -1,7 +1,7 @@
-"""Exercise 09: a bf16 compression hook (chapter 5).
+"""Exercise 5.1: a bf16 compression hook (chapter 5).
 
 Read practice/exercises/09_bf16_compression_hook/README.md, write the hook,
-then grade it:  python practice/judge.py 09
+then grade it:  python practice/judge.py 5.1
 """
 
 import torch

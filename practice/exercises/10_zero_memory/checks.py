@@ -1,4 +1,4 @@
-"""Checks for exercise 10 (standard library only: they also run in the browser)."""
+"""Checks for exercise 6.1 (standard library only: they also run in the browser)."""
 
 from _judge.checking import check, expect_close, expect_raises, expect_type
 

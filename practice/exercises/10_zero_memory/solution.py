@@ -1,4 +1,4 @@
-"""Exercise 10, reference solution."""
+"""Exercise 6.1, reference solution."""
 
 
 def _validate(n_params, stage):

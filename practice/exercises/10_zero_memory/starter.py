@@ -1,7 +1,7 @@
-"""Exercise 10: per-rank memory of DDP and the ZeRO stages (chapter 6).
+"""Exercise 6.1: per-rank memory of DDP and the ZeRO stages (chapter 6).
 
 Read practice/exercises/10_zero_memory/README.md, write both functions,
-then grade them:  python practice/judge.py 10
+then grade them:  python practice/judge.py 6.1
 """
 
 

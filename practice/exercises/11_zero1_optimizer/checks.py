@@ -1,4 +1,4 @@
-"""Checks for exercise 11: on real gloo ranks, against whole-batch torch.optim.Adam.
+"""Checks for exercise 6.2: on real gloo ranks, against whole-batch torch.optim.Adam.
 
 The ranks send back their weights; Adam on the whole batch runs here, in the
 judge, and every difference is computed here.

@@ -1,4 +1,4 @@
-"""Exercise 11, reference solution."""
+"""Exercise 6.2, reference solution."""
 
 import math
 

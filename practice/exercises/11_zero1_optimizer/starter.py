@@ -1,7 +1,7 @@
-"""Exercise 11: a ZeRO-1 sharded Adam (chapter 6).
+"""Exercise 6.2: a ZeRO-1 sharded Adam (chapter 6).
 
 Read practice/exercises/11_zero1_optimizer/README.md, write ``ShardedAdam``,
-then grade it:  python practice/judge.py 11
+then grade it:  python practice/judge.py 6.2
 """
 
 import math

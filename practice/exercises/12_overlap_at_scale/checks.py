@@ -1,4 +1,4 @@
-"""Checks for exercise 12 (standard library only: they also run in the browser)."""
+"""Checks for exercise 7.1 (standard library only: they also run in the browser)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Exercise 12, reference solution."""
+"""Exercise 7.1, reference solution."""
 
 import math
 

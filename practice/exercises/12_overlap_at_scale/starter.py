@@ -1,7 +1,7 @@
-"""Exercise 12: does a 7B model's gradient sync hide behind its backward? (chapter 7)
+"""Exercise 7.1: does a 7B model's gradient sync hide behind its backward? (chapter 7)
 
 Read practice/exercises/12_overlap_at_scale/README.md, write the function,
-then grade it:  python practice/judge.py 12
+then grade it:  python practice/judge.py 7.1
 """
 
 import math

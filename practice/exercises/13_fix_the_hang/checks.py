@@ -1,4 +1,4 @@
-"""Checks for exercise 13: on real gloo ranks; a hang is reported, not waited for.
+"""Checks for exercise 8.1: on real gloo ranks; a hang is reported, not waited for.
 
 The ranks send back their losses and weights; one process's training on the
 whole batch is computed here, in the judge.
@@ -32,7 +32,7 @@ def make_case(counts, seed):
 
 def worker(train_and_log, counts, seed):
     """The reader's loop on this rank's batches, inside the book's collective
-    ledger (mylib.debug, chapter 8): ranks whose collectives part stop there,
+    ledger (mylib.ledger, chapter 8): ranks whose collectives part stop there,
     and the ledger's report comes back instead of a hang."""
     import contextlib
 
@@ -40,7 +40,7 @@ def worker(train_and_log, counts, seed):
     import torch.distributed as dist
 
     try:
-        from mylib.debug import CollectiveHang, CollectiveLedger
+        from mylib.ledger import CollectiveHang, CollectiveLedger
     except ImportError:  # without the book's library: the judge's hang report
         CollectiveHang, CollectiveLedger = (), None
     model, batches = make_case(counts, seed)
@@ -97,7 +97,7 @@ def run(sol, counts, seed):
     if stopped:
         fail(
             "the ranks' collectives part ways, so they would hang (or gloo abort on "
-            "mismatched sizes). The collective ledger of chapter 8 (mylib.debug) "
+            "mismatched sizes). The collective ledger of chapter 8 (mylib.ledger) "
             "numbered each rank's collectives and stopped the ranks where they "
             "differ: per rank, the last call all agree on, then its own next call",
             input=shown,

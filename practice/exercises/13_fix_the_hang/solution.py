@@ -1,4 +1,4 @@
-"""Exercise 13, reference solution."""
+"""Exercise 8.1, reference solution."""
 
 import torch
 import torch.distributed as dist

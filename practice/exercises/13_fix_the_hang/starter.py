@@ -1,7 +1,7 @@
-"""Exercise 13: fix a training loop whose ranks hang (chapter 8).
+"""Exercise 8.1: fix a training loop whose ranks hang (chapter 8).
 
 Read practice/exercises/13_fix_the_hang/README.md, fix ``train_and_log``,
-then grade it:  python practice/judge.py 13
+then grade it:  python practice/judge.py 8.1
 """
 
 import torch

@@ -1,4 +1,4 @@
-"""Checks for exercise 14: on gloo ranks, against one process on the whole batch.
+"""Checks for exercise 3.3: on gloo ranks, against one process on the whole batch.
 
 The ranks send back their gradients and weights; one process's training on
 the whole batch runs here, in the judge, before the ranks do.

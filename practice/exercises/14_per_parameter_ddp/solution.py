@@ -1,4 +1,4 @@
-"""Exercise 14, reference solution."""
+"""Exercise 3.3, reference solution."""
 
 import torch
 import torch.distributed as dist

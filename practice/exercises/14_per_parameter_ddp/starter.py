@@ -1,7 +1,7 @@
-"""Exercise 14: a DDP with one async all-reduce per parameter (chapter 3).
+"""Exercise 3.3: a DDP with one async all-reduce per parameter (chapter 3).
 
 Read practice/exercises/14_per_parameter_ddp/README.md, write the class,
-then grade it:  python practice/judge.py 14
+then grade it:  python practice/judge.py 3.3
 """
 
 import torch

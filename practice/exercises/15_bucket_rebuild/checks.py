@@ -1,4 +1,4 @@
-"""Checks for exercise 15 (standard library only: they also run in the browser).
+"""Checks for exercise 3.4 (standard library only: they also run in the browser).
 
 The reference below follows PyTorch's rule (``compute_bucket_assignment_by_size``
 in torch/csrc/distributed/c10d/reducer.cpp, the rebuild in
@@ -122,7 +122,7 @@ def rebuild_order(sol):
     rebuilt(sol, [], [], 25 * MiB)
 
 
-@check("ready in reverse registration order: exercise 06's buckets")
+@check("ready in reverse registration order: exercise 3.1's buckets")
 def reverse_order(sol):
     for sizes, cap, first_cap in (
         ([4, 4, 4, 4], 8, 8),

@@ -1,4 +1,4 @@
-"""Exercise 15, reference solution."""
+"""Exercise 3.4, reference solution."""
 
 MiB = 1024 * 1024
 

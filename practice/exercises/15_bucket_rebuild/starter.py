@@ -1,7 +1,7 @@
-"""Exercise 15: rebuild the buckets after the first step (chapter 3).
+"""Exercise 3.4: rebuild the buckets after the first step (chapter 3).
 
 Read practice/exercises/15_bucket_rebuild/README.md, write both functions,
-then grade them:  python practice/judge.py 15
+then grade them:  python practice/judge.py 3.4
 """
 
 

@@ -1,4 +1,4 @@
-"""Checks for exercise 16 (standard library only: they also run in the browser).
+"""Checks for exercise 3.5 (standard library only: they also run in the browser).
 
 The reference is the booking rule of ``mylib/experiments/emulated_link.py``
 (``EmulatedLink.book`` and the ``real_done`` callback), written out here;

@@ -1,4 +1,4 @@
-"""Exercise 16, reference solution."""
+"""Exercise 3.5, reference solution."""
 
 
 def link_schedule(buckets, ranks, alpha_s, bandwidth):

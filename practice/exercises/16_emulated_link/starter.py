@@ -1,7 +1,7 @@
-"""Exercise 16: deliver buckets on an emulated link (chapter 3).
+"""Exercise 3.5: deliver buckets on an emulated link (chapter 3).
 
 Read practice/exercises/16_emulated_link/README.md, write both functions,
-then grade them:  python practice/judge.py 16
+then grade them:  python practice/judge.py 3.5
 """
 
 

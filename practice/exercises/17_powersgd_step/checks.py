@@ -1,4 +1,4 @@
-"""Checks for exercise 17: on gloo ranks, against the formulas and PyTorch's hook.
+"""Checks for exercise 5.2: on gloo ranks, against the formulas and PyTorch's hook.
 
 The ranks send back what the reader's steps returned; the formulas are
 evaluated here, in the judge, from every rank's inputs, and PyTorch's own

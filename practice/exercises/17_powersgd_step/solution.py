@@ -1,4 +1,4 @@
-"""Exercise 17, reference solution."""
+"""Exercise 5.2, reference solution."""
 
 import torch.distributed as dist
 

@@ -1,7 +1,7 @@
-"""Exercise 17: one PowerSGD step with error feedback (chapter 5).
+"""Exercise 5.2: one PowerSGD step with error feedback (chapter 5).
 
 Read practice/exercises/17_powersgd_step/README.md, write the function,
-then grade it:  python practice/judge.py 17
+then grade it:  python practice/judge.py 5.2
 """
 
 import torch

@@ -1,4 +1,4 @@
-"""Checks for exercise 18: on gloo ranks, against one process, with the gradient
+"""Checks for exercise 6.3: on gloo ranks, against one process, with the gradient
 bytes a rank holds measured at every reduce-scatter and every fresh gradient.
 
 The ranks send back their weights; one process's SGD on the whole batch runs

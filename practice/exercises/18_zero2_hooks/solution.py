@@ -1,4 +1,4 @@
-"""Exercise 18, reference solution."""
+"""Exercise 6.3, reference solution."""
 
 import math
 from collections import deque

@@ -1,7 +1,7 @@
-"""Exercise 18: ZeRO-2, reduce-scatter from hooks in bounded memory (chapter 6).
+"""Exercise 6.3: ZeRO-2, reduce-scatter from hooks in bounded memory (chapter 6).
 
 Read practice/exercises/18_zero2_hooks/README.md, write the class,
-then grade it:  python practice/judge.py 18
+then grade it:  python practice/judge.py 6.3
 """
 
 import math

@@ -1,4 +1,4 @@
-"""Checks for exercise 19: on gloo ranks, against one process, with the gathered
+"""Checks for exercise 6.4: on gloo ranks, against one process, with the gathered
 parameter bytes a rank holds measured at every all-gather.
 
 The ranks send back their shards; one process's SGD on the whole batch runs

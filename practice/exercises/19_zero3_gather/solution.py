@@ -1,4 +1,4 @@
-"""Exercise 19, reference solution."""
+"""Exercise 6.4, reference solution."""
 
 import math
 

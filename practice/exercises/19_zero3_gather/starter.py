@@ -1,7 +1,7 @@
-"""Exercise 19: ZeRO-3, gather before use, free after (chapter 6).
+"""Exercise 6.4: ZeRO-3, gather before use, free after (chapter 6).
 
 Read practice/exercises/19_zero3_gather/README.md, write the class,
-then grade it:  python practice/judge.py 19
+then grade it:  python practice/judge.py 6.4
 """
 
 import math

@@ -1,4 +1,4 @@
-"""Checks for exercise 20: on 2 gloo ranks, a crashed and resumed run against one
+"""Checks for exercise 9.1: on 2 gloo ranks, a crashed and resumed run against one
 that never crashed, compared with torch.equal.
 
 The run that never crashed trains on ranks that run none of the reader's code

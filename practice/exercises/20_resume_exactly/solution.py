@@ -1,4 +1,4 @@
-"""Exercise 20, reference solution."""
+"""Exercise 9.1, reference solution."""
 
 import torch
 

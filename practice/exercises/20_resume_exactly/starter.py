@@ -1,7 +1,7 @@
-"""Exercise 20: a checkpoint that resumes bit-exactly (chapter 9).
+"""Exercise 9.1: a checkpoint that resumes bit-exactly (chapter 9).
 
 Read practice/exercises/20_resume_exactly/README.md, write both functions,
-then grade them:  python practice/judge.py 20
+then grade them:  python practice/judge.py 9.1
 """
 
 import torch

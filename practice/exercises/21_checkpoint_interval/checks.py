@@ -1,4 +1,4 @@
-"""Checks for exercise 21 (standard library only: they also run in the browser).
+"""Checks for exercise 9.2 (standard library only: they also run in the browser).
 
 The formulas are written here from the papers (Young 1974, Daly 2006), not
 imported from mylib, so the exercise stands on its own.

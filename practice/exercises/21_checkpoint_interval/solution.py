@@ -1,4 +1,4 @@
-"""Exercise 21, reference solution."""
+"""Exercise 9.2, reference solution."""
 
 import math
 

@@ -1,7 +1,7 @@
-"""Exercise 21: how often to checkpoint (chapter 9).
+"""Exercise 9.2: how often to checkpoint (chapter 9).
 
 Read practice/exercises/21_checkpoint_interval/README.md, write the four
-functions, then grade them:  python practice/judge.py 21
+functions, then grade them:  python practice/judge.py 9.2
 """
 
 

@@ -1,17 +1,20 @@
-"""Checks for exercise 22: on gloo ranks with PyTorch's DDP, against one process
+"""Checks for exercise 4.2: on gloo ranks with PyTorch's DDP, against one process
 on the whole batch and against DDP used as its documentation says.
 
-DDP's reducer all-reduces in C++, out of sight of a spy on torch.distributed:
-a communication hook registered on the DDP counts its bucket reductions, and
-a wrapper around the loss marks where each micro-step begins. The weights of
-one process on the whole batch are computed here, in the judge; DDP with the
-documented no_sync runs on ranks that load none of the reader's code.
+Which micro-steps all-reduced is decided here, in the judge, from the raw
+gradients each rank sends back after every micro-step: after DDP all-reduces,
+every rank holds the same gradients; after a micro-step under ``no_sync()``,
+each holds its own. (DDP's reducer all-reduces in C++, out of sight of a spy
+on torch.distributed, and a hook counting in the ranks is the reader's to
+replace.) The weights of one process on the whole batch are computed here;
+DDP with the documented no_sync runs on ranks that load none of the reader's
+code.
 """
 
 import contextlib
 
 from _judge.checking import check, fail, verbatim
-from _judge.ranks import max_diff, on_ranks, reference_on_ranks
+from _judge.ranks import max_diff, on_ranks, reference_on_ranks, spread
 
 RANK_PRELOAD = ("torch.optim", "torch._dynamo", "torch.nn.parallel")
 MICRO = 3  # examples per micro-batch
@@ -52,27 +55,27 @@ def documented_train_step(ddp, optimizer, micro_batches, loss_fn):
 
 
 def worker(train_step, configs):
-    """``train_step`` on DDP: per step, which micro-steps all-reduced; the weights."""
+    """``train_step`` on DDP: per step, each rank's gradients after every
+    micro-step (at the next micro-step's loss, and as the optimizer steps); the
+    weights."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
-        allreduce_hook,
-    )
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world = dist.get_rank(), dist.get_world_size()
     out = []
     for accum, steps, seed in configs:
         ddp = DDP(make_model(seed))
-        reductions = [0]
-
-        def counting_hook(state, bucket):
-            reductions[0] += 1
-            return allreduce_hook(state, bucket)
-
-        ddp.register_comm_hook(None, counting_hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        synced = []
+        seen = []  # per step: the gradients at each loss, then at the step
+
+        def grads():
+            return [
+                None if p.grad is None else p.grad.detach().clone()
+                for p in ddp.parameters()
+            ]
+
+        opt.register_step_pre_hook(lambda *_: seen[-1].append(grads()))
         for x, y in batches(seed, world, accum, steps):
             mine = [
                 (
@@ -81,19 +84,30 @@ def worker(train_step, configs):
                 )
                 for i in range(accum)
             ]
-            marks = []  # reductions so far, at each micro-step's loss
 
             def loss_fn(output, target):
-                marks.append(reductions[0])
+                seen[-1].append(grads())
                 return torch.nn.functional.mse_loss(output, target)
 
+            seen.append([])
             train_step(ddp, opt, mine, loss_fn)
-            marks.append(reductions[0])
-            synced.append(
-                [i + 1 for i in range(len(marks) - 1) if marks[i + 1] > marks[i]]
-            )
-        out.append({"synced": synced, "params": [p.detach() for p in ddp.parameters()]})
+        out.append({"seen": seen, "params": [p.detach() for p in ddp.parameters()]})
     return out
+
+
+def synced(per_rank, accum):
+    """The micro-steps of one step after which every rank held the same gradients:
+    those that all-reduced. ``per_rank``: each rank's gradients as ``worker``
+    saw them in that step (at each micro-step's loss, then at the step)."""
+    after = [seen[1:] for seen in per_rank]  # the first loss comes before any
+    if any(len(a) != accum for a in after):
+        return None
+    return [
+        i + 1
+        for i in range(accum)
+        if all(g is not None for a in after for g in a[i])
+        and spread([a[i] for a in after]) == 0.0
+    ]
 
 
 def whole_batch(world, configs):
@@ -115,16 +129,30 @@ def whole_batch(world, configs):
 _results = {}
 
 
+def per_step(ranks, configs):
+    """Per config, per step: the micro-steps that all-reduced (None: unknown)."""
+    return [
+        [
+            synced([r[c]["seen"][step] for r in ranks], accum)
+            for step in range(len(ranks[0][c]["seen"]))
+        ]
+        for c, (accum, _, _) in enumerate(configs)
+    ]
+
+
 def results(sol, world):
-    """(the reader's ranks, DDP as documented on reference ranks, one process)."""
+    """(the reader's ranks, DDP as documented on reference ranks, one process,
+    and which micro-steps all-reduced in each: the reader's, documented DDP's)."""
     if world not in _results:
         configs = TWO_RANKS if world == 2 else THREE_RANKS
         expected = whole_batch(world, configs)
         theirs = reference_on_ranks(worker, world, documented_train_step, configs)
+        mine = on_ranks(worker, world, sol.train_step, configs)
         _results[world] = (
-            on_ranks(worker, world, sol.train_step, configs),
+            mine,
             theirs,
             expected,
+            (per_step(mine, configs), per_step(theirs, configs)),
         )
     return _results[world]
 
@@ -139,6 +167,12 @@ def shown(world, accum, steps):
 
 def synced_words(synced, accum):
     """What the per-micro-step reductions of one step say, in words."""
+    if synced is None:
+        return (
+            f"loss_fn was not called once per micro-batch ({accum}), or "
+            "optimizer.step() not once per step, so which micro-step all-reduced "
+            "cannot be told"
+        )
     if not synced:
         return (
             f"no micro-step all-reduced: the ranks' gradients were never averaged "
@@ -158,17 +192,19 @@ def synced_words(synced, accum):
 
 
 def check_weights(sol, world):
-    ranks, _, expected = results(sol, world)
+    ranks, _, expected, (mine, _) = results(sol, world)
     configs = TWO_RANKS if world == 2 else THREE_RANKS
     for rank, per_config in enumerate(ranks):
-        for (accum, steps, _), r, want in zip(configs, per_config, expected):
+        for c, ((accum, steps, _), r, want) in enumerate(
+            zip(configs, per_config, expected)
+        ):
             diff = max_diff(r["params"], want)
             if diff > 1e-6:
-                first = next((s for s in r["synced"] if s != [accum]), None)
+                first = next((s for s in mine[c] if s != [accum]), [accum])
                 fail(
                     f"on rank {rank} the weights differ from one process's on the "
                     f"whole batch by up to {diff:.3g}"
-                    + (f": {synced_words(first, accum)}" if first is not None else ""),
+                    + (f": {synced_words(first, accum)}" if first != [accum] else ""),
                     input=shown(world, accum, steps),
                 )
 
@@ -186,24 +222,23 @@ def three_ranks(sol):
 @check("only the last micro-step all-reduces, as DDP with no_sync done right does")
 def communication(sol):
     for world in (2, 3):
-        ranks, theirs, _ = results(sol, world)
+        _, _, _, (mine, theirs) = results(sol, world)
         configs = TWO_RANKS if world == 2 else THREE_RANKS
-        for rank, per_config in enumerate(ranks):
-            for (accum, steps, _), r, ref in zip(configs, per_config, theirs[rank]):
-                for step, (mine, want) in enumerate(zip(r["synced"], ref["synced"]), 1):
-                    if mine != want:
-                        fail(
-                            f"on rank {rank}, step {step}: {synced_words(mine, accum)}",
-                            input=shown(world, accum, steps),
-                            expected=verbatim(f"all-reduces in micro-step(s) {want}"),
-                            got=verbatim(f"all-reduces in micro-step(s) {mine}"),
-                        )
+        for (accum, steps, _), got, want in zip(configs, mine, theirs):
+            for step, (m, w) in enumerate(zip(got, want), 1):
+                if m != w:
+                    fail(
+                        f"step {step}: {synced_words(m, accum)}",
+                        input=shown(world, accum, steps),
+                        expected=verbatim(f"all-reduces in micro-step(s) {w}"),
+                        got=verbatim(f"all-reduces in micro-step(s) {m}"),
+                    )
 
 
 @check("the weights equal PyTorch's DDP with no_sync as its documentation says")
 def like_torch(sol):
     for world in (2, 3):
-        ranks, theirs, _ = results(sol, world)
+        ranks, theirs, _, _ = results(sol, world)
         configs = TWO_RANKS if world == 2 else THREE_RANKS
         for rank, per_config in enumerate(ranks):
             for (accum, steps, _), r, ref in zip(configs, per_config, theirs[rank]):

@@ -1,4 +1,4 @@
-"""Exercise 22, reference solution."""
+"""Exercise 4.2, reference solution."""
 
 import contextlib
 

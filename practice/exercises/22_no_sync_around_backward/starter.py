@@ -1,8 +1,8 @@
-"""Exercise 22: a gradient accumulation that still communicates every micro-step.
+"""Exercise 4.2: a gradient accumulation that still communicates every micro-step.
 
 A bug hunt (chapter 4). Read
 practice/exercises/22_no_sync_around_backward/README.md, find the bug in
-``train_step`` and fix it, then grade it:  python practice/judge.py 22
+``train_step`` and fix it, then grade it:  python practice/judge.py 4.2
 """
 
 

@@ -1,4 +1,4 @@
-"""Checks for exercise 23: on gloo ranks, the order each rank reads against
+"""Checks for exercise 2.4: on gloo ranks, the order each rank reads against
 PyTorch's DistributedSampler, and the weights against one process.
 
 The ranks send back the indices they read and their weights. The orders

@@ -1,4 +1,4 @@
-"""Exercise 23, reference solution."""
+"""Exercise 2.4, reference solution."""
 
 import torch.distributed as dist
 import torch.nn.functional as F

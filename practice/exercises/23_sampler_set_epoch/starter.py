@@ -1,7 +1,7 @@
-"""Exercise 23: every epoch in the same order.
+"""Exercise 2.4: every epoch in the same order.
 
 A bug hunt (chapter 2). Read practice/exercises/23_sampler_set_epoch/README.md,
-find the bug in ``train`` and fix it, then grade it:  python practice/judge.py 23
+find the bug in ``train`` and fix it, then grade it:  python practice/judge.py 2.4
 """
 
 import torch.distributed as dist

@@ -1,4 +1,4 @@
-"""Checks for exercise 24: on gloo ranks, against one process on the whole batch
+"""Checks for exercise 3.6: on gloo ranks, against one process on the whole batch
 and against PyTorch's DDP doing the same gradient accumulation.
 
 The ranks send back their weights and which tensors the hooks all-reduced;

@@ -1,4 +1,4 @@
-"""Exercise 24, reference solution."""
+"""Exercise 3.6, reference solution."""
 
 import contextlib
 

@@ -1,8 +1,8 @@
-"""Exercise 24: a gradient hook that averages the weights.
+"""Exercise 3.6: a hand-made DDP whose replicas drift apart.
 
 A bug hunt (chapter 3). Read
 practice/exercises/24_hook_gets_the_parameter/README.md, find the bug in
-``DataParallelNaive`` and fix it, then grade it:  python practice/judge.py 24
+``DataParallelNaive`` and fix it, then grade it:  python practice/judge.py 3.6
 """
 
 import contextlib

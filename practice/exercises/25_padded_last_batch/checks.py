@@ -1,13 +1,16 @@
-"""Checks for exercise 25: on gloo ranks with PyTorch's DDP, step by step against
+"""Checks for exercise 2.5: on gloo ranks with PyTorch's DDP, step by step against
 one process on the whole batch.
 
 The ranks send back the weights after every step and the losses they log;
 one process's training on each step's global batch (the mean over all real
-tokens) is computed here, in the judge.
+tokens) is computed here, in the judge. PyTorch's DDP with the fix a real
+project ships (this rank's sum over the global token count, times the number
+of ranks, which DDP divides by) runs on ranks that load none of the reader's
+code.
 """
 
 from _judge.checking import check, expect_close, fail
-from _judge.ranks import max_diff, on_ranks, spread
+from _judge.ranks import max_diff, on_ranks, reference_on_ranks, spread
 
 RANK_PRELOAD = ("torch.optim", "torch._dynamo", "torch.nn.parallel")
 ROWS, TOKENS, FEATURES = 2, 6, 4  # rows per rank per batch, tokens per row
@@ -65,6 +68,28 @@ def worker(train, seed):
     }
 
 
+def documented_train(ddp, optimizer, batches):
+    """The fix open-instruct ships (PR #1161): each rank's sum of token losses over
+    the global count of real tokens, times the number of ranks (DDP averages over
+    them); the logged loss is the global mean. (torchtitan, PR #2206, divides by
+    the same global count and sums the ranks' gradients instead of averaging.)"""
+    import torch.distributed as dist
+
+    world, logged = dist.get_world_size(), []
+    for x, target, mask in batches:
+        optimizer.zero_grad()
+        errors = (ddp(x).squeeze(-1) - target) ** 2
+        count = mask.sum().to(errors.dtype)
+        dist.all_reduce(count)
+        total = errors[mask].sum()
+        (total / count * world).backward()
+        optimizer.step()
+        summed = total.detach().clone()
+        dist.all_reduce(summed)
+        logged.append(float(summed / count))
+    return logged
+
+
 def one_process(world, seed):
     """SGD on each step's global batch, the loss the mean over all real tokens:
     the weights after each step, and each step's loss."""
@@ -93,7 +118,8 @@ def results(sol, world):
     if world not in _results:
         seed = 4 + world
         expected = one_process(world, seed)
-        _results[world] = (on_ranks(worker, world, sol.train, seed), expected)
+        theirs = reference_on_ranks(worker, world, documented_train, seed)
+        _results[world] = (on_ranks(worker, world, sol.train, seed), expected, theirs)
     return _results[world]
 
 
@@ -119,7 +145,7 @@ def step_words(world, step):
 
 
 def check_steps(sol, world):
-    ranks, (expected, _) = results(sol, world)
+    ranks, (expected, _), _ = results(sol, world)
     for rank, r in enumerate(ranks):
         history = r["history"]
         if len(history) != len(expected):
@@ -159,7 +185,7 @@ def three_ranks(sol):
 @check("the logged loss is the mean over all real tokens, the same on every rank")
 def logged(sol):
     for world in (2, 3):
-        ranks, (_, losses) = results(sol, world)
+        ranks, (_, losses), _ = results(sol, world)
         for rank, r in enumerate(ranks):
             expect_close(
                 r["logged"],
@@ -175,3 +201,20 @@ def logged(sol):
                 f"the ranks' final weights differ by up to {drift:.3g}",
                 input=shown(world),
             )
+
+
+@check("the weights equal PyTorch's DDP with the global token count, step by step")
+def like_torch(sol):
+    for world in (2, 3):
+        ranks, _, theirs = results(sol, world)
+        for rank, (r, ref) in enumerate(zip(ranks, theirs)):
+            for step, (mine, want) in enumerate(zip(r["history"], ref["history"]), 1):
+                diff = max_diff(mine, want)
+                if diff > 1e-6:
+                    fail(
+                        f"on rank {rank} the weights first differ from DDP's trained "
+                        "on each rank's sum over the global count of real tokens "
+                        f"(times {world}, the number of ranks) "
+                        f"{step_words(world, step)}, by up to {diff:.3g}",
+                        input=shown(world),
+                    )

@@ -1,4 +1,4 @@
-"""Exercise 25, reference solution."""
+"""Exercise 2.5, reference solution."""
 
 import torch.distributed as dist
 

@@ -1,7 +1,7 @@
-"""Exercise 25: a loss curve with a blip at the end of every epoch.
+"""Exercise 2.5: a loss curve with a blip at the end of every epoch.
 
 A bug hunt (chapter 2). Read practice/exercises/25_padded_last_batch/README.md,
-find the bug in ``train`` and fix it, then grade it:  python practice/judge.py 25
+find the bug in ``train`` and fix it, then grade it:  python practice/judge.py 2.5
 """
 
 import torch.distributed as dist

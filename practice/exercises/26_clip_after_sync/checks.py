@@ -1,4 +1,4 @@
-"""Checks for exercise 26: on gloo ranks with PyTorch's DDP, against one process
+"""Checks for exercise 4.3: on gloo ranks with PyTorch's DDP, against one process
 on the whole batch that clips its gradient before each step.
 
 The ranks send back their weights and the norms they returned; one process's

@@ -1,4 +1,4 @@
-"""Exercise 26, reference solution."""
+"""Exercise 4.3, reference solution."""
 
 import contextlib
 

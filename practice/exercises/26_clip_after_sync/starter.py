@@ -1,8 +1,8 @@
-"""Exercise 26: gradient clipping before the gradients are averaged.
+"""Exercise 4.3: two ranks that part from one GPU once clipping starts.
 
 A bug hunt (chapter 4). Read practice/exercises/26_clip_after_sync/README.md,
 find the bug in ``train_step`` and fix it, then grade it:
-python practice/judge.py 26
+python practice/judge.py 4.3
 """
 
 import contextlib

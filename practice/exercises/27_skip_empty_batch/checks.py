@@ -1,7 +1,7 @@
-"""Checks for exercise 27: on gloo ranks inside the collective ledger of chapter 8,
+"""Checks for exercise 8.2: on gloo ranks inside the collective ledger of chapter 8,
 against one process on each step's rows and against PyTorch's DDP.
 
-The reader's loop runs in mylib.debug.CollectiveLedger: ranks whose
+The reader's loop runs in mylib.ledger.CollectiveLedger: ranks whose
 collectives part stop there, and the ledger's report comes back instead of
 a hang. One process's training is computed here, in the judge; DDP runs on
 ranks that load none of the reader's code.
@@ -53,7 +53,7 @@ def worker(train, seed):
     import torch.distributed as dist
 
     try:
-        from mylib.debug import CollectiveHang, CollectiveLedger
+        from mylib.ledger import CollectiveHang, CollectiveLedger
     except ImportError:  # without the book's library: the judge's hang report
         CollectiveHang, CollectiveLedger = (), None
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -149,7 +149,7 @@ def never_part(sol, world):
         barrier = " barrier" in report
         fail(
             "the ranks' collectives part ways, so they would hang. The collective "
-            "ledger of chapter 8 (mylib.debug) stopped the ranks where their calls "
+            "ledger of chapter 8 (mylib.ledger) stopped the ranks where their calls "
             "differ: per rank, the last call all agree on, then its own next call"
             + (
                 ". A rank calls barrier where the others all-reduce: a barrier "

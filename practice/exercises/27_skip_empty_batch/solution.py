@@ -1,4 +1,4 @@
-"""Exercise 27, reference solution."""
+"""Exercise 8.2, reference solution."""
 
 import torch.distributed as dist
 import torch.nn.functional as F

@@ -1,7 +1,7 @@
-"""Exercise 27: a rank that skips its empty batch.
+"""Exercise 8.2: a job that hangs at the last step of the epoch.
 
 A bug hunt (chapter 8). Read practice/exercises/27_skip_empty_batch/README.md,
-find the bug in ``train`` and fix it, then grade it:  python practice/judge.py 27
+find the bug in ``train`` and fix it, then grade it:  python practice/judge.py 8.2
 """
 
 import torch.distributed as dist
