@@ -10,7 +10,8 @@ chapters build it:
 * chapter 5: ``comm_hooks``, ``powersgd``
 * chapter 6: ``zero1``, ``zero2``, ``zero3_flat`` and ``zero3``
 * chapter 7: ``local_sgd``
-* chapter 8: ``debug``, ``ddp_checks`` (what MyDDP refuses, and unused parameters)
+* chapter 8: ``debug``, ``ledger`` (every rank's collectives, for hangs), ``ddp_checks``
+  (what MyDDP refuses, and unused parameters)
 * chapter 9: ``checkpoint`` (a checkpoint that resumes bit-exactly)
 
 Beneath it: ``mylib.models`` (what-if models, standard library only: the
