@@ -92,7 +92,7 @@ NOTEBOOKS = CHAPTER.parent
 PSI_SPAN = re.compile(r"\$([^$]*\\Psi[^$]*)\$")
 # a multiple of psi (2\Psi, K\Psi, (4+K)\Psi/N ...), not psi alone
 MULTIPLE = re.compile(r"[\dK)]\s*\\Psi|\\Psi\s*/")
-UNIT = re.compile(r"\b(bytes?|elements?|parameters?|numbers?)\b")
+UNIT = re.compile(r"\b(bytes?|elements?|parameters?|numbers?|FLOPs?)\b")
 
 
 def prose(path):
