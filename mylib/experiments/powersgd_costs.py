@@ -187,6 +187,13 @@ def allreduce_chain(shapes=None, rank=4):
 
     with mock.patch.object(dist, "all_reduce", all_reduce):
         hook(state, _Bucket(shapes, torch.Generator().manual_seed(0))).wait()
+    # The chain's callbacks ran on gloo's worker threads and the futures hold
+    # its work: let every one finish and drop them here, on the main thread,
+    # before the group is destroyed (else a worker can end up joining itself).
+    for future in futures:
+        future.wait()
+    futures.clear()
+    dist.barrier()
     return issued
 
 
