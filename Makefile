@@ -140,7 +140,7 @@ lab-copies: $(STAMP)
 
 lab: lab-copies
 	IPYTHONDIR=$(CURDIR)/.lab/.ipython $(BIN)/jupyter lab .lab \
-	  --ServerApp.default_url=/lab/tree/notebooks/00_quickstart.ipynb
+	  --LabApp.default_url=/lab/tree/notebooks/00_quickstart.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python tests/bench.py
