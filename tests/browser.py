@@ -130,6 +130,14 @@ WATCH_JS = """(() => {
 })();"""
 
 
+def _icon_left_behind(request):
+    """The page's icon, still loading when the reader went to another page.
+
+    The browser fetches it last and drops it on leaving: not a failure.
+    """
+    return request.url.endswith("favicon.svg") and "ERR_ABORTED" in str(request.failure)
+
+
 @contextlib.contextmanager
 def open_page(
     chromium,
@@ -176,7 +184,7 @@ def open_page(
         "requestfailed",
         lambda req: (
             problems.append(f"request failed: {req.url} ({req.failure})")
-            if is_local(req.url)
+            if is_local(req.url) and not _icon_left_behind(req)
             else None
         ),
     )

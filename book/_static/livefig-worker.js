@@ -41,6 +41,8 @@ async function setUp(where) {
 }
 
 function loadModules(py, names) {
+  const fresh = (names || []).filter((name) => !moduleLoads[name]);
+  if (!fresh.length) return Promise.all((names || []).map((name) => moduleLoads[name]));
   return Promise.all((names || []).map((name) => {
     if (!moduleLoads[name]) {
       // "models.timeline" is mylib/models/timeline.py; its folder may be new
@@ -52,7 +54,7 @@ function loadModules(py, names) {
       });
     }
     return moduleLoads[name];
-  })).then(() => py.runPython("import importlib; importlib.invalidate_caches()"));
+  })).then(() => py.runPython("import importlib; importlib.invalidate_caches()"));  // new files
 }
 
 function collectLater(py) {
