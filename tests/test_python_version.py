@@ -31,9 +31,9 @@ def stated_floor():
 def lock_floor():
     """The lowest CPython 3 release every installed distribution accepts."""
     specs = [
-        SpecifierSet(d.metadata["Requires-Python"])
+        SpecifierSet(d.metadata.get("Requires-Python"))
         for d in importlib.metadata.distributions()
-        if d.metadata["Requires-Python"]
+        if d.metadata.get("Requires-Python")
     ]
     for minor in range(8, 20):
         for micro in range(0, 30):
