@@ -167,16 +167,12 @@
     }
   }
 
-  // Many input events can arrive between two frames (a drag): ask once per
-  // frame, with the positions the sliders have then.
+  // A move is sent to the worker at once; moves made while a redraw is in
+  // flight (a drag sends many) are coalesced into one more redraw, with the
+  // positions the sliders have when that one is sent.
   function scheduleRedraw(fig) {
     if (fig._inputAt == null) fig._inputAt = performance.now();
-    if (fig._busy) { fig._pending = true; return; }
-    if (fig._frame) return;
-    fig._frame = requestAnimationFrame(function () {
-      fig._frame = 0;
-      redraw(fig);
-    });
+    redraw(fig);
   }
 
   function setUp(fig) {

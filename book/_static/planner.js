@@ -72,11 +72,11 @@
     }
   }
 
+  // Sent to the worker at once; changes made while a plan is computed are
+  // coalesced into one more, with the values the form has then.
   function schedule(root) {
     if (root._inputAt == null) root._inputAt = performance.now();
-    if (root._busy) { root._pending = true; return; }
-    if (root._frame) return;
-    root._frame = requestAnimationFrame(function () { root._frame = 0; redraw(root); });
+    redraw(root);
   }
 
   function setUp(root) {
