@@ -11,14 +11,14 @@ VENDOR := vendor/.stamp
 NB_SANITIZE := tests/nbval_sanitize.cfg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup practice-manifest book test lint format test-unit test-notebooks test-portable test-budget test-book test-browser test-practice lab bench notebooks lock clean help
+.PHONY: setup practice-manifest book test lint format test-unit test-notebooks test-portable test-budget test-book test-browser test-practice lab lab-copies bench notebooks lock clean help
 
 help:
 	@echo "make setup  - create the Python environment (.venv) alone: enough for the judge"
 	@echo "make book   - build the static site into _build/html"
 	@echo "make test   - every test: mylib, notebooks (nbval), practice, book build, browser"
 	@echo "make test-portable - the notebooks again under other CPU kernels: same outputs"
-	@echo "make lab    - open JupyterLab on the notebooks"
+	@echo "make lab    - open JupyterLab on copies of the notebooks (.lab/; FRESH=1: fresh copies)"
 	@echo "make bench  - benchmarks: MyDDP vs PyTorch DDP, timeline model vs measurement (gloo, emulated link)"
 	@echo "make notebooks - re-execute every notebook and save its outputs"
 	@echo "make lint   - ruff check and ruff format --check (make format fixes the format)"
@@ -26,7 +26,10 @@ help:
 
 # The virtual environment is installed from the lock (exact versions of
 # everything requirements.txt brings in), again whenever either changes.
+# First, whether the Python is new enough for the lock (pyproject.toml's
+# requires-python; book/_ext/python_version.py says so in a sentence).
 $(STAMP): $(LOCK) requirements.txt pyproject.toml
+	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) book/_ext/python_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
 	$(BIN)/python -m pip install -q -r $(LOCK)
@@ -128,8 +131,16 @@ notebooks: $(STAMP)
 	done
 	$(BIN)/python book/_ext/lab_notebooks.py notebooks/*.ipynb
 
-lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+# JupyterLab on copies of the book in .lab/ (git-ignored; book/_ext/lab_copies.py):
+# reading and running leave the tracked notebooks as they are, and the copies'
+# MyST (glossary terms, cross-references, glued numbers, exercise numbers) reads
+# as on the site. A copy you changed is kept; FRESH=1 replaces every copy.
+lab-copies: $(STAMP)
+	$(BIN)/python book/_ext/lab_copies.py $(if $(FRESH),--fresh)
+
+lab: lab-copies
+	IPYTHONDIR=$(CURDIR)/.lab/.ipython $(BIN)/jupyter lab .lab \
+	  --LabApp.default_url=/lab/tree/notebooks/00_quickstart.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python tests/bench.py

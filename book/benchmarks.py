@@ -29,7 +29,9 @@ The page is re-read on every build (results change without any source changing).
 """
 
 import json
+import math
 import os
+import re
 
 from docutils import nodes
 from docutils.parsers.rst import Directive, directives
@@ -38,15 +40,48 @@ RESULTS_DIR = "bench-results"
 REFERENCE_DIR = "book/bench-reference"
 
 
-def _fmt(value):
-    """Format a cell: floats to 4 significant digits, everything else as text."""
+def _significant(value, digits):
+    """``value`` to ``digits`` significant digits, never in exponent notation.
+
+    Thousands are separated: 11753.67 -> "11,754", 0.07308 -> "0.0731" (3).
+    """
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
+
+
+def _fmt(value, column=""):
+    """Format a cell for its column.
+
+    Times (ms, us, µs) to 4 significant digits, percentages to one decimal,
+    ratios and other measures to 3 significant digits, a ``|diff|`` as the
+    bound it is under ("below 1e-8": rounding differs between machines), other
+    floats to 4 significant digits; never an exponent. Booleans read yes or
+    no, None "-", everything else as text.
+    """
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
     if value is None:
         return "-"
-    return str(value)
+    if not isinstance(value, float):
+        return str(value)
+    column = column.lower()
+    if "|diff|" in column:
+        return "0" if value == 0 else f"below 1e{math.ceil(math.log10(abs(value)))}"
+    if "(%)" in column:
+        return f"{value:.1f}"
+    if re.search(r"\((ms|us|µs|s)\)", column):
+        return _significant(value, 4)
+    if column:
+        return _significant(value, 3)
+    text = _significant(value, 4)  # a machine's figure: 8.19, not 8.190
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _header(column):
+    """A column's title as the page prints it: microseconds as µs."""
+    return re.sub(r"\(us\)", "(µs)", column)
 
 
 def _table(columns, rows, title=None):
@@ -60,19 +95,20 @@ def _table(columns, rows, title=None):
         group += nodes.colspec(colwidth=1)
     head = nodes.thead()
     group += head
-    head += _row(columns)
+    head += _row([_header(c) for c in columns])
     body = nodes.tbody()
     group += body
     for row in rows:
-        body += _row(row)
+        body += _row(row, columns)
     return table
 
 
-def _row(cells):
+def _row(cells, columns=()):
     row = nodes.row()
-    for cell in cells:
+    for i, cell in enumerate(cells):
         entry = nodes.entry()
-        entry += nodes.paragraph(text=_fmt(cell))
+        column = columns[i] if i < len(columns) else ""
+        entry += nodes.paragraph(text=_fmt(cell, column))
         row += entry
     return row
 

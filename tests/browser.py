@@ -116,17 +116,51 @@ def is_local(url):
     return parts.scheme in ("data", "blob", "about") or parts.hostname in LOCAL_HOSTS
 
 
+# Before any script of the page: record its long tasks (over 50 ms on its main
+# thread).
+WATCH_JS = """(() => {
+  window.__longTasks = [];
+  try {
+    new PerformanceObserver(list => {
+      for (const e of list.getEntries()) {
+        window.__longTasks.push([e.startTime, e.duration]);
+      }
+    }).observe({type: "longtask", buffered: true});
+  } catch (e) { /* no Long Tasks API */ }
+})();"""
+
+
+def _icon_left_behind(request):
+    """The page's icon, still loading when the reader went to another page.
+
+    The browser fetches it last and drops it on leaving: not a failure.
+    """
+    return request.url.endswith("favicon.svg") and "ERR_ABORTED" in str(request.failure)
+
+
 @contextlib.contextmanager
-def open_page(chromium, url, viewport=(1280, 900), wait_until="load", settle_ms=300):
+def open_page(
+    chromium,
+    url,
+    viewport=(1280, 900),
+    wait_until="load",
+    settle_ms=300,
+    color_scheme="light",
+):
     """Open ``url`` in a fresh browser context; yield ``(page, problems)``.
 
     Requests that leave 127.0.0.1 are blocked and reported, so a page that
     would need the network fails here instead of waiting for a timeout.
+    ``color_scheme`` is the system's ("light" or "dark"): the site follows it
+    until the reader picks a theme. The page records its long tasks from its
+    start (``WATCH_JS``).
     """
     problems = []
     context = chromium.new_context(
-        viewport={"width": viewport[0], "height": viewport[1]}
+        viewport={"width": viewport[0], "height": viewport[1]},
+        color_scheme=color_scheme,
     )
+    context.add_init_script(WATCH_JS)
 
     def route(r):
         if is_local(r.request.url):
@@ -150,7 +184,7 @@ def open_page(chromium, url, viewport=(1280, 900), wait_until="load", settle_ms=
         "requestfailed",
         lambda req: (
             problems.append(f"request failed: {req.url} ({req.failure})")
-            if is_local(req.url)
+            if is_local(req.url) and not _icon_left_behind(req)
             else None
         ),
     )

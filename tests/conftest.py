@@ -35,6 +35,16 @@ def chromium():
 @pytest.fixture(scope="session")
 def visits(site, chromium):
     """Each page of the site opened once, for every per-page check (site_visits.py)."""
+    import json
+
     import site_visits
 
-    return site_visits.Visits(site, chromium, SITE.parent / "screenshots")
+    visits = site_visits.Visits(site, chromium, SITE.parent / "screenshots")
+    yield visits
+    summary = visits.summary()
+    if summary:  # widths and contrast of the pages viewed, for comparisons
+        path = SITE.parent / "page-views.json"
+        previous = json.loads(path.read_text()) if path.exists() else {}
+        for page, views in summary.items():
+            previous.setdefault(page, {}).update(views)
+        path.write_text(json.dumps(previous, indent=1, sort_keys=True))

@@ -1,28 +1,30 @@
-"""One visit per page of the built site: every per-page browser check from one load.
+"""Visits of each page of the built site: every per-page browser check from few loads.
 
-Four test files check each page: that it loads offline with no error
-(``test_browser_site``), that its live figures draw and redraw (the same), how
-fast they answer (``test_browser_livefig_timing``), and that no block scrolls
-sideways (``test_browser_overflow``). Opening a chapter costs seconds (its
-figures load Python in the page), so a visit opens the page once and does what
-a reader does, in a reader's order: read the page as it loads, unfold every fold,
-move every slider of every live figure. (Overflow is measured at the figures'
-default positions.) It records what each check needs, and
-the tests assert on the record; a visit that fails part-way keeps its error,
-and each test of that page reports it.
+Each page is opened in four views: 1280 x 900 and 390 x 844 (a phone), each with
+the system in light and in dark mode (the site follows it, ``default_mode:
+auto``). Opening a chapter costs seconds, so a view opens the page once and
+records what the checks need; the tests assert on the record. A visit that fails
+part-way keeps its error, and each test of that page and view reports it.
+
+* ``1280 light``, the reader's visit: read the page as it loads (a slider moved
+  at once, ``site_timing.while_loading``), unfold every fold, check that no block
+  scrolls sideways, move every slider of every live figure
+  (``site_timing.warm``), then each figure's first slider to its other end.
+* the other three, the layout: the page's width (nothing may scroll sideways at
+  390 px), the live figures' controls and text size, the contrast of the text
+  that matters (``page_checks.py``), screenshots.
 """
 
-import json
-import os
-import statistics
-import time
-
 import browser
+import page_checks
+import site_timing
 
-# Warm redraws timed per slider. The benchmark's median needs a few; every move
-# is also checked to be drawn at its slider's position. LIVEFIG_WARM_MOVES=12
-# measures more closely.
-WARM_MOVES = int(os.environ.get("LIVEFIG_WARM_MOVES", "6"))
+VIEWS = {
+    "1280 light": ((1280, 900), "light"),
+    "390 light": ((390, 844), "light"),
+    "1280 dark": ((1280, 900), "dark"),
+    "390 dark": ((390, 844), "dark"),
+}
 
 # Unfold everything a reader can unfold: folded cells and dropdowns.
 UNFOLD_JS = """() => {
@@ -44,6 +46,16 @@ OVERFLOW_JS = """() => {
         (a, b) => (b.length > a.length ? b : a), "");
       found.push(`output ${out.scrollWidth} px in ${out.clientWidth} px: `
         + text.slice(0, 70));
+    }
+  }
+  // Tables of Markdown pages (the benchmarks): wider than the column, they
+  // must scroll in a box of their own.
+  for (const table of document.querySelectorAll("main table")) {
+    if (!table.offsetParent || table.closest(".cell_output")) continue;
+    const box = table.parentElement;
+    const scrolls = /auto|scroll/.test(getComputedStyle(box).overflowX);
+    if (table.scrollWidth > box.clientWidth + 1 && !scrolls) {
+      found.push(`table ${table.scrollWidth} px in ${box.clientWidth} px, no scroll`);
     }
   }
   for (const pre of document.querySelectorAll("main pre")) {
@@ -70,40 +82,80 @@ OVERFLOW_JS = """() => {
 
 
 class Visits:
-    """The visits of one test session, one per page, made when first asked for."""
+    """The visits of one test session, one per page and view, made when first asked."""
 
     def __init__(self, base_url, chromium, shots):
         self.base_url, self.chromium, self.shots = base_url, chromium, shots
         self._done = {}
 
-    def of(self, page):
-        """The record of ``page``'s visit (a dict); raises the visit's error if any."""
-        if page not in self._done:
-            record = {"page": page}
+    def of(self, page, view="1280 light"):
+        """The record of ``page``'s visit in ``view`` (a dict).
+
+        Raises the visit's error, if it had one.
+        """
+        key = (page, view)
+        if key not in self._done:
+            record = {"page": page, "view": view}
+            url = f"{self.base_url}/{page}"
             try:
-                visit(
-                    self.chromium, f"{self.base_url}/{page}", page, record, self.shots
-                )
+                if view == "1280 light":
+                    visit(self.chromium, url, page, record, self.shots)
+                else:
+                    look(self.chromium, url, page, view, record, self.shots)
             except Exception as e:  # every test of the page reports it
                 record["error"] = e
-            self._done[page] = record
-        record = self._done[page]
+            self._done[key] = record
+        record = self._done[key]
         if "error" in record:
             raise record["error"]
         return record
 
+    def summary(self):
+        """What the layout views measured, page by page: widths, text, contrast.
+
+        For before/after comparisons (conftest.py writes it to page-views.json).
+        """
+        out = {}
+        for (page, view), record in sorted(self._done.items()):
+            if "error" in record or view == "1280 light":
+                continue
+            text = record.get("contrast", {}).get("text", {})
+            out.setdefault(page, {})[view] = {
+                "width": record.get("width"),
+                "smallest figure text (px)": min(
+                    (
+                        f["smallest_text_px"]
+                        for f in record.get("figures", [])
+                        if f["smallest_text_px"] is not None
+                    ),
+                    default=None,
+                ),
+                "contrast": {kind: facts["min"] for kind, facts in text.items()},
+            }
+        return out
+
+
+def _shot_name(page, view):
+    return page.replace("/", "_")[:-5] + "_" + view.replace(" ", "_") + ".png"
+
+
+def _wait_for_math(tab):
+    if (
+        tab.locator("mjx-container").count() == 0
+        and tab.locator("span.math, div.math").count() > 0
+    ):
+        tab.wait_for_selector("mjx-container", timeout=15000)  # after load
+
 
 def visit(chromium, url, page, record, shots):
-    """Open ``url`` once and record what the per-page checks assert on."""
+    """Open ``url`` once, as a reader at 1280 px, and record what the checks need."""
     with browser.open_page(chromium, url) as (tab, problems):
-        loaded = time.perf_counter()
         record["problems"] = problems  # the same list: it fills while the page is open
         record["title"] = tab.title()
-        if (
-            tab.locator("mjx-container").count() == 0
-            and tab.locator("span.math, div.math").count() > 0
-        ):
-            tab.wait_for_selector("mjx-container", timeout=15000)  # after load
+        figures = tab.locator(".livefig[data-module]")
+        if figures.count():
+            record["loading"] = site_timing.while_loading(tab)
+        _wait_for_math(tab)
         if page.startswith("notebooks/"):
             shots.mkdir(parents=True, exist_ok=True)
             name = page.replace("/", "_")[:-5] + ".png"
@@ -111,16 +163,37 @@ def visit(chromium, url, page, record, shots):
         tab.evaluate(UNFOLD_JS)
         tab.wait_for_timeout(200)
         record["overflow"] = tab.evaluate(OVERFLOW_JS)["found"]
-        figures = tab.locator(".livefig[data-module]")
         if figures.count():
             record["figures"] = [
                 _default_drawing(figures.nth(i)) for i in range(figures.count())
             ]
-            record["timings"] = measure(tab, loaded)
+            record["timings"] = site_timing.warm(tab)
             for i, facts in enumerate(record["figures"]):
                 facts.update(
                     _jump_to_the_other_end(tab, figures.nth(i), facts["before"])
                 )
+        record["problems"] = list(problems)
+
+
+def look(chromium, url, page, view, record, shots):
+    """Open ``url`` in ``view`` and record its layout and contrast."""
+    viewport, scheme = VIEWS[view]
+    with browser.open_page(chromium, url, viewport=viewport, color_scheme=scheme) as (
+        tab,
+        problems,
+    ):
+        record["problems"] = problems
+        record["theme"] = tab.evaluate("() => document.documentElement.dataset.theme")
+        _wait_for_math(tab)
+        tab.evaluate(UNFOLD_JS)
+        tab.wait_for_timeout(300)
+        record.update(tab.evaluate(page_checks.LAYOUT_JS))
+        record["contrast"] = tab.evaluate(page_checks.CONTRAST_JS)
+        shots.mkdir(parents=True, exist_ok=True)
+        first = tab.locator(".livefig, .planner, table").first
+        if first.count():
+            first.scroll_into_view_if_needed()
+        tab.screenshot(path=str(shots / _shot_name(page, view)))
         record["problems"] = list(problems)
 
 
@@ -145,99 +218,9 @@ def _jump_to_the_other_end(tab, fig, before):
     slider.focus()
     at_max = slider.evaluate("e => Number(e.value) >= Number(e.max)")
     slider.press("Home" if at_max else "End")
-    _wait_drawn(tab, fig, renders)
+    site_timing.wait_drawn(tab, fig, renders)
     return {
         "state": fig.get_attribute("data-state"),
         "status": fig.locator(".livefig-status").inner_text(),
         "changed": fig.locator(".livefig-figure").inner_html() != before,
-    }
-
-
-def _wait_drawn(tab, fig, renders):
-    tab.wait_for_function(
-        "([el, n]) => Number(el.dataset.renders) > n || el.dataset.state === 'error'",
-        arg=[fig.element_handle(), renders],
-        timeout=90_000,
-    )
-
-
-def _warm_moves(tab, fig, slider, moves, key="ArrowRight"):
-    """``moves`` redraws of ``fig`` by ``slider``, one key press each; their times (ms).
-
-    The keys go back and forth between the slider's ends, so that every move
-    changes the value; each drawing must show the slider's new value.
-    """
-    slider.focus()
-    render_ms = []
-    for _ in range(moves):
-        renders = int(fig.get_attribute("data-renders") or 0)
-        at = slider.evaluate(
-            "e => Number(e.value) >= Number(e.max) ? 1 : "
-            "Number(e.value) <= Number(e.min) ? -1 : 0"
-        )
-        key = "ArrowLeft" if at == 1 else "ArrowRight" if at == -1 else key
-        slider.press(key)
-        _wait_drawn(tab, fig, renders)
-        assert fig.get_attribute("data-state") == "live", fig.inner_text()
-        value = slider.input_value()
-        positions = json.loads(fig.get_attribute("data-positions"))
-        assert float(positions[slider.get_attribute("name")]) == float(value)
-        render_ms.append(float(fig.get_attribute("data-render-ms")))
-    return render_ms
-
-
-def measure(tab, loaded):
-    """Timings of the live figures on the page open in ``tab``, loaded at ``loaded``.
-
-    How long Python (Pyodide) took to be ready after the page loaded, how long
-    the first slider move took to redraw once it was, and for every slider of
-    every live figure the median and maximum of its warm redraws.
-    """
-    figs = tab.locator(".livefig[data-module]")
-    fig = figs.first
-    fig.scroll_into_view_if_needed()
-    # The reader reads for a moment: wait until Python is ready (or 20 s, for a
-    # page that loads Python only on the first move).
-    ready_s = None
-    try:
-        tab.wait_for_function(
-            "() => document.documentElement.dataset.livefigPython === 'ready'",
-            timeout=20_000,
-        )
-        ready_s = time.perf_counter() - loaded
-    except Exception:  # an older livefig.js: no preload
-        pass
-    slider = fig.locator(".livefig-controls input[type=range]").first
-    slider.focus()
-    at_max = slider.evaluate("e => Number(e.value) >= Number(e.max)")
-    renders = int(fig.get_attribute("data-renders") or 0)
-    started = time.perf_counter()
-    slider.press("ArrowLeft" if at_max else "ArrowRight")
-    _wait_drawn(tab, fig, renders)
-    first_ms = (time.perf_counter() - started) * 1e3
-    sliders = {}
-    for i in range(figs.count()):
-        each = figs.nth(i)
-        each.scroll_into_view_if_needed()
-        name = each.get_attribute("data-function")
-        for s in each.locator(".livefig-controls input[type=range]").all():
-            ms = _warm_moves(tab, each, s, WARM_MOVES)
-            sliders[f"{name}.{s.get_attribute('name')}"] = {
-                "median ms": round(statistics.median(ms), 1),
-                "max ms": round(max(ms), 1),
-            }
-    slowest = max(sliders, key=lambda k: sliders[k]["median ms"])
-    load_ms = tab.evaluate("() => window.mylibLivefig.loadMs || null")
-    return {
-        "figure": fig.get_attribute("data-module")
-        + "."
-        + fig.get_attribute("data-function"),
-        "python ready after load (s)": ready_s and round(ready_s, 2),
-        "Pyodide load (ms)": load_ms and round(load_ms),
-        "first move to drawing (ms)": round(first_ms),
-        "warm moves per slider": WARM_MOVES,
-        "warm redraw, slowest slider": slowest,
-        "warm redraw, slowest slider (median ms)": sliders[slowest]["median ms"],
-        "warm redraw, slowest slider (max ms)": sliders[slowest]["max ms"],
-        "warm redraw, every slider": sliders,
     }

@@ -196,11 +196,13 @@ def test_code_is_kept_across_a_reload_and_hints_show(page):
     page.wait_for_selector(
         f'.practice-editor[data-exercise="{BUCKETS.id}"] .practice-hint-text'
     )
-    assert (
-        box.locator(".practice-hint-text")
-        .first.inner_text()
-        .startswith(f"Hint 1 of {len(BUCKETS.hints())}")
-    )
+    hint = box.locator(".practice-hint-text").first
+    assert hint.inner_text().startswith(f"Hint 1 of {len(BUCKETS.hints())}")
+    # The hint's Markdown is rendered: code as code, no backticks, no hard breaks.
+    if "`" in BUCKETS.hints()[0]:
+        assert hint.locator("code").count() > 0
+    assert "`" not in hint.inner_text()
+    assert hint.evaluate("e => getComputedStyle(e).whiteSpace") == "normal"
     box.locator(".practice-reset").click()
     page.wait_for_function(
         "id => document.querySelector(`.practice-editor[data-exercise='${id}'] "

@@ -12,6 +12,7 @@ these) and Chromium (``apt-get install -y chromium``).
 
 import html.parser
 import posixpath
+import re
 import urllib.parse
 
 import pytest
@@ -280,6 +281,49 @@ def test_one_search_box_and_slash_opens_it(site, chromium):
                 timeout=5000,
             )
     assert not problems, "\n".join(problems)
+
+
+def test_question_mark_lists_the_keys(site, chromium):
+    """'?' opens a dialog listing the site's keys; Esc closes it."""
+    with browser.open_page(chromium, f"{site}/book/intro.html") as (tab, problems):
+        tab.evaluate("() => document.activeElement && document.activeElement.blur()")
+        tab.keyboard.press("?")
+        dialog = tab.locator("dialog.book-keys")
+        dialog.wait_for(state="visible", timeout=5000)
+        text = dialog.inner_text()
+        for key in ("/", "s", "Ctrl", "K", "?", "Esc", "\u2190", "\u2192"):
+            assert key in text, f"{key!r} is not in the key list: {text}"
+        tab.keyboard.press("Escape")
+        dialog.wait_for(state="hidden", timeout=5000)
+        # in a text field, '?' is a character
+        tab.keyboard.press("/")
+        tab.wait_for_function(
+            "() => document.querySelector('#pst-search-dialog').open", timeout=5000
+        )
+        tab.keyboard.press("?")
+        assert not dialog.is_visible()
+        assert tab.locator("#pst-search-dialog input").input_value() == "?"
+    assert not problems, "\n".join(problems)
+
+
+def test_every_page_has_an_icon():
+    """Each page names an icon that the site has (no /favicon.ico 404)."""
+    pages = site_pages()
+    if not pages:
+        pytest.skip(f"no built site in {SITE}: build it first with `make book`")
+    missing = []
+    for page in pages:
+        html_text = (SITE / page).read_text(encoding="utf-8")
+        if html_text.startswith("<meta http-equiv"):
+            continue  # index.html: only sends the reader to the introduction
+        icon = re.search(r'<link rel="icon" href="([^"]+)"', html_text)
+        if not icon:
+            missing.append(f"{page}: no <link rel=icon>")
+            continue
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(page), icon[1]))
+        if not (SITE / target).exists():
+            missing.append(f"{page}: {icon[1]} does not exist")
+    assert not missing, "\n".join(missing)
 
 
 def test_exercises_link_to_their_solutions(site, chromium):

@@ -50,11 +50,12 @@ def page(site, chromium):
 
 
 def pyodide_requests(pg):
-    """The page's requests for the site's own Pyodide (from the page's start)."""
-    return pg.evaluate(
-        "() => performance.getEntriesByType('resource').map(e => e.name)"
-        ".filter(u => u.includes('_static/pyodide/'))"
-    )
+    """Requests for the site's own Pyodide, by the page or its Python worker."""
+    names = "() => performance.getEntriesByType('resource').map(e => e.name)"
+    urls = pg.evaluate(names)
+    for worker in pg.workers:
+        urls += worker.evaluate(names)
+    return [u for u in urls if "_static/pyodide/" in u]
 
 
 def values_at(positions):
@@ -107,7 +108,8 @@ def test_default_figure_shows_before_python_loads(page):
     assert pg.locator(".livefig .livefig-figure svg").count() == 1
     defaults = {s.name: s.default for s in SLIDERS}
     assert shown_numbers(pg) == expected_numbers(defaults)
-    # Python loads by itself once the page is idle, and leaves the drawing alone.
+    # Python loads by itself (in a worker) once the page has loaded, and leaves the
+    # drawing alone.
     pg.wait_for_function(
         "() => document.documentElement.dataset.livefigPython === 'ready'",
         timeout=120_000,
@@ -151,7 +153,7 @@ def test_moving_sliders_redraws_with_the_python_model(page):
 def test_every_slider_position_agrees_with_the_python_model(page):
     """Each slider through all its positions, the others at their defaults.
 
-    The page's Pyodide computes each one.
+    The page's Pyodide (in its worker) computes each one.
     """
     pg, problems, _ = page
     cases = []
@@ -182,13 +184,9 @@ for case in json.loads(CASES):
 json.dumps(out)
 """
     got = pg.evaluate(
-        """async ([cases, shown, script]) => {
-             const py = await window.mylibLivefig.python(JSON.parse(
-                 document.querySelector('.livefig').dataset.modules));
-             py.globals.set('CASES', cases);
-             py.globals.set('SHOWN', py.toPy(shown));
-             return JSON.parse(py.runPython(script));
-           }""",
+        """async ([cases, shown, script]) => JSON.parse(
+             await window.mylibLivefig.run(script, {CASES: cases, SHOWN: shown},
+               JSON.parse(document.querySelector('.livefig').dataset.modules)))""",
         [json.dumps(cases), list(SHOWN), script],
     )
     assert len(got) == len(cases) > 150

@@ -1,17 +1,25 @@
-"""The chapters in JupyterLab, in a real (headless) browser.
+"""The chapters in JupyterLab, in a real (headless) browser, as ``make lab`` opens them.
+
+``make lab`` opens copies of the chapters (book/_ext/lab_copies.py, in ``.lab/``);
+here the copies are written to a temporary folder, with the IPython start-up
+file ``make lab`` gives the kernels.
 
 First, every chapter opened as a reader opens it, before any cell runs (the
 notebook is untrusted: JupyterLab sanitizes its stored HTML and draws no stored
 SVG or widget): each stored figure shows its picture, never its SVG's text or
 a ``<SVG ...>`` repr; no site-only note shows; MyST renders (jupyterlab-myst:
-no raw ``{term}``, dropdowns closed); and the notebook is not marked modified.
-Each is screenshot into ``_build/screenshots/lab_*.png``.
+no raw ``{term}`` or ``{glue``, dropdowns closed); a glossary link opens the
+glossary at its term; the exercises read as on the site ("Exercise 3.1") and a
+link to one reaches it; and the notebook is not marked modified. Each is
+screenshot into ``_build/screenshots/lab_*.png``.
 
 Then chapter 3: run the chapter up to its live figure, press ArrowRight on the
-bucket-cap slider, and see the drawing change to what the model says. The
-kernel handles a slider's message between cells, so the test runs the cells up
-to and including the figure (not the whole chapter, whose later cells take a
-minute of measurements; nbval runs those).
+bucket-cap slider, and see the drawing change to what the model says; the
+folded cell after it, run, says so in its output; saving writes the copy, and the
+repository's ``git status`` is what it was. The kernel handles a slider's
+message between cells, so the test runs the cells up to and including the
+figure (not the whole chapter, whose later cells take a minute of measurements;
+nbval runs those).
 
 Needs Chromium (``apt-get install -y chromium``).
 """
@@ -20,7 +28,6 @@ import contextlib
 import json
 import os
 import pathlib
-import shutil
 import socket
 import subprocess
 import sys
@@ -35,6 +42,9 @@ from mylib.figures.timeline import BUCKETING_SLIDERS, bucketing_timelines
 pytestmark = pytest.mark.browser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import lab_copies  # noqa: E402
+
 NOTEBOOK = ROOT / "notebooks" / "03_bucketing_overlap.ipynb"
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SHOTS = ROOT / "_build" / "screenshots"
@@ -52,14 +62,16 @@ def free_port():
 
 
 @contextlib.contextmanager
-def jupyter_lab(root_dir):
+def jupyter_lab(root_dir, ipython_dir=None):
     """A JupyterLab server on a free port serving ``root_dir``.
 
-    Stopped, with its kernels, afterwards.
+    Its kernels read IPython's start-up files from ``ipython_dir`` (as under
+    ``make lab``). Stopped, with its kernels, afterwards.
     """
     port = free_port()
     env = {
         **os.environ,
+        **({"IPYTHONDIR": str(ipython_dir)} if ipython_dir else {}),
         "JUPYTER_RUNTIME_DIR": str(root_dir / ".runtime"),
         "JUPYTER_CONFIG_DIR": str(root_dir / ".config"),
         "JUPYTER_DATA_DIR": os.environ.get(
@@ -126,16 +138,16 @@ def jupyter_lab(root_dir):
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, chromium):
-    """One JupyterLab on copies of every chapter, and Chromium: ``(url, chromium)``.
+    """One JupyterLab on ``make lab``'s copies, and Chromium: ``(url, chromium, root)``.
 
     Starting JupyterLab takes seconds; the tests share one, each in a browser
     context and a workspace of its own (``?reset``), shutting its kernel down.
     """
     root = tmp_path_factory.mktemp("lab")
-    for notebook in CHAPTERS:
-        shutil.copy(notebook, root / notebook.name)
-    with jupyter_lab(root) as url:
-        yield url, chromium
+    _, _, problems = lab_copies.build(fresh=True, dest=str(root))
+    assert not problems, "\n".join(problems)
+    with jupyter_lab(root, ipython_dir=root / ".ipython") as url:
+        yield url, chromium, root
 
 
 def shut_kernel_down(page):
@@ -145,8 +157,8 @@ def shut_kernel_down(page):
 
 
 def open_notebook(page, url, name):
-    """Open ``name`` in JupyterLab, alone (a fresh workspace); wait for its kernel."""
-    page.goto(f"{url}/lab/tree/{name}?reset")
+    """Open ``notebooks/name`` alone (a fresh workspace); wait for its kernel."""
+    page.goto(f"{url}/lab/tree/notebooks/{name}?reset")
     page.wait_for_function(
         "() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
         "&& window.jupyterapp.shell.currentWidget.context "
@@ -197,9 +209,80 @@ LOOK_JS = """() => {
 }"""
 
 
+# The links the copies' Markdown shows: to the glossary, to exercises.
+LINKS_JS = """() => {
+  const visible = e => e.getClientRects().length > 0;
+  const cells = [...document.querySelectorAll('.jp-MarkdownCell .jp-InputArea')];
+  const links = cells.flatMap(c => [...c.querySelectorAll('a[href]')]);
+  const target = a => {
+    const u = new URL(a.href);
+    return [u.pathname, u.hash.slice(1)];
+  };
+  return {
+    glossary: links.filter(a => target(a)[0].endsWith('/book/glossary.md'))
+      .map(a => ({term: target(a)[1], visible: visible(a)})),
+    inPage: links.filter(a => a.getAttribute('href').startsWith('#'))
+      .map(a => ({text: a.textContent, id: a.getAttribute('href').slice(1),
+                  found: !!document.getElementById(a.getAttribute('href').slice(1))})),
+    practice: links.filter(a => target(a)[0].endsWith('/book/practice.md'))
+      .map(a => ({text: a.textContent, id: target(a)[1]})),
+    empty: links.filter(a => ['', '#'].includes(a.getAttribute('href'))).length,
+  };
+}"""
+
+
+def open_glossary_link(page, term):
+    """Click the first visible link to ``term``: the glossary opens at the term."""
+    page.locator(
+        f'.jp-MarkdownCell a[href*="/book/glossary.md"][href$="#{term}"]'
+    ).first.click()
+    page.wait_for_function(
+        """(term) => {
+            const w = window.jupyterapp.shell.currentWidget;
+            return w && w.title.label === 'glossary.md'
+                && w.node.querySelector('[id="' + term + '"]'); }""",
+        arg=term,
+        timeout=30_000,
+    )
+
+
+def check_links(page, notebook, root):
+    """Glossary terms, exercise numbers and exercise links resolve, as on the site."""
+    name, source = notebook.name, notebook.read_text(encoding="utf-8")
+    chapter = int(name[:2])
+    links = page.evaluate(LINKS_JS)
+    assert links["empty"] == 0, f"{name}: links to nothing"
+    if "{term}" in source:
+        assert links["glossary"], f"{name}: no glossary link"
+        glossary = (root / "book" / "glossary.md").read_text(encoding="utf-8")
+        for link in links["glossary"]:
+            assert f"({link['term']})=" in glossary, f"{name}: {link['term']}"
+        term = next(g["term"] for g in links["glossary"] if g["visible"])
+        open_glossary_link(page, term)
+    lost = [link for link in links["inPage"] if not link["found"]]
+    assert not lost, f"{name}: links to no element of the notebook: {lost}"
+    if "{exercise}" in source:
+        text = page.evaluate(
+            "() => [...document.querySelectorAll('.jp-MarkdownCell')]"
+            ".map(c => c.innerText).join('\\n')"
+        )
+        assert f"Exercise {chapter}.1" in text, f"{name}: not the site's numbers"
+        assert "Exercise 1\n" not in text and "Exercise 1 " not in text
+        solutions = [
+            link
+            for link in links["inPage"]
+            if link["text"].startswith(f"Exercise {chapter}.")
+        ]
+        assert solutions, f"{name}: no link to an exercise"
+    practice = (root / "book" / "practice.md").read_text(encoding="utf-8")
+    for link in links["practice"]:
+        if link["id"]:  # an exercise of the practice page, not the page itself
+            assert f"({link['id']})=" in practice, f"{name}: {link}"
+
+
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_shows_the_book_before_any_cell_runs(lab, notebook):
-    url, chromium = lab
+    url, chromium, root = lab
     context = chromium.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     try:
@@ -214,6 +297,7 @@ def test_chapter_shows_the_book_before_any_cell_runs(lab, notebook):
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"lab_{notebook.stem}.png"))
         shut_kernel_down(page)
+        check_links(page, notebook, root)
     finally:
         context.close()
     name = notebook.name
@@ -232,7 +316,7 @@ def test_chapter_shows_the_book_before_any_cell_runs(lab, notebook):
         f"{name}: {look['pictures']} pictures drawn, {stored_pictures(notebook)} stored"
     )
     assert look["markdownCells"] > 0
-    for raw in ("{term}", "{cite", "{ref}", "{doc}", ":::{", "```{"):
+    for raw in ("{term}", "{cite", "{ref}", "{doc}", "{glue", ":::{", "```{"):
         assert raw not in look["markdownText"], (
             f"{name}: MyST shows raw ({raw}); is jupyterlab-myst installed?"
         )
@@ -257,8 +341,34 @@ def panel_numbers(page):
         .map(e => Number(e.dataset.value))""")
 
 
+def git_status():
+    return subprocess.run(
+        ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+
+
+# Run the first folded code cell (input hidden) after the live figure; its output.
+RUN_FOLDED_JS = """async () => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const cells = panel.content.widgets;
+  const figure = cells.findIndex(c => c.model.type === 'code'
+    && c.model.sharedModel.getSource().includes('LiveFigure(bucketing_figure'));
+  const index = cells.findIndex((c, i) => i > figure && c.model.type === 'code'
+    && c.inputHidden);
+  panel.content.activeCellIndex = index;
+  await window.jupyterapp.commands.execute('notebook:run-cell');
+  while (panel.sessionContext.session.kernel.status !== 'idle') {
+    await new Promise(r => setTimeout(r, 200));
+  }
+  return cells[index].outputArea.node.innerText;
+}"""
+
+
 def test_slider_redraws_the_figure_in_jupyterlab(lab):
-    url, chromium = lab
+    url, chromium, root = lab
+    status_before = git_status()
+    copy = root / "notebooks" / NOTEBOOK.name
+    copy_before = copy.read_text(encoding="utf-8")
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     try:
@@ -313,6 +423,17 @@ def test_slider_redraws_the_figure_in_jupyterlab(lab):
         assert not cut, f"slider labels cut: {cut}"
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / "lab_03_after_run.png"))
+        folded = page.evaluate(RUN_FOLDED_JS)
+        assert "(folded cell) ran in" in folded, folded[:300]
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function(
+            "() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+            timeout=30_000,
+        )
         shut_kernel_down(page)
     finally:
         context.close()
+    assert copy.read_text(encoding="utf-8") != copy_before, "the run was not saved"
+    assert git_status() == status_before, (
+        "running and saving in JupyterLab changed the repository:\n" + git_status()
+    )

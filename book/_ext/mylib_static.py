@@ -10,7 +10,9 @@ page (Pyodide). This extension
 * adds ``_static/livefig.js`` and ``_static/livefig.css`` (from
   ``book/_static``) to every page, and ``planner.js`` and ``planner.css``
   (the "Plan your run" page, which uses livefig.js's Python); the scripts
-  do nothing on pages without a live figure or a planner.
+  do nothing on pages without a live figure or a planner. The Python runs in
+  a Web Worker, ``_static/livefig-worker.js`` (``book/_static``, copied with
+  the other static files), which livefig.js starts.
 
 Enabled in ``_config.yml``: ``sphinx: local_extensions: {mylib_static: book/_ext}``.
 """

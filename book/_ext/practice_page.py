@@ -14,7 +14,7 @@ judge's table and in the book at once.
   locally.
 * ``build-finished``: writes ``_static/practice/bundle.json``: the
   judge's standard-library modules and each browser exercise's checks,
-  starter and hints, which ``_static/practice.js`` and
+  starter and hints (as Markdown and as HTML), which ``_static/practice.js`` and
   ``practice-worker.js`` run in Pyodide.
 
 Enabled in ``_config.yml``: ``sphinx: local_extensions: {practice_page: book/_ext/}``.
@@ -112,12 +112,17 @@ def _editor(ex):
 
 
 def _local_note(ex):
+    why = (
+        "This exercise runs on several `torch.distributed` ranks, so the judge "
+        "grades it locally"
+        if not ex.browser
+        else "The judge grades it on your machine"
+    )
     return "\n".join(
         [
             ":::{admonition} Graded on your machine",
             ":class: tip",
-            "This exercise runs on several `torch.distributed` ranks, so the judge "
-            f"grades it locally: edit `practice/workspace/{ex.id}.py` (created from "
+            f"{why}: edit `practice/workspace/{ex.id}.py` (created from "
             "the starter on first use) and run "
             f"`python practice/judge.py {ex.short}`. "
             f"Hints: `python practice/judge.py hint {ex.short}`.",
@@ -126,10 +131,12 @@ def _local_note(ex):
     )
 
 
-def render(app):
+def render(app, editors=True):
     """The Markdown (MyST) that replaces the marker.
 
-    A table, then one section per exercise.
+    A table, then one section per exercise. ``editors=False`` (the copy
+    JupyterLab shows, book/_ext/lab_copies.py): no in-page editor, every exercise
+    says how to grade it locally.
     """
     exercises = _catalog().load_exercises()
     out = ["| # | exercise | chapter | difficulty | graded |", "|---|---|---|---|---|"]
@@ -165,7 +172,7 @@ def render(app):
             "",
             _statement(ex),
             "",
-            _editor(ex) if ex.browser else _local_note(ex),
+            _editor(ex) if ex.browser and editors else _local_note(ex),
             "",
         ]
     return "\n".join(out)
@@ -180,6 +187,17 @@ def add_assets(app, pagename, templatename, context, doctree):
     if pagename == PAGE:  # only the practice page loads the editor's script and style
         app.add_js_file("practice.js")
         app.add_css_file("practice.css")
+
+
+def _markdown_html(text):
+    """A hint's Markdown as HTML (code, emphasis, lists; raw HTML is escaped).
+
+    The page shows it as written: `code` as code, a line break inside a
+    paragraph as a space.
+    """
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).render(text)
 
 
 def write_bundle(app, exception):
@@ -203,6 +221,7 @@ def write_bundle(app, exception):
             "checks": files["checks.py"],
             "starter": files["starter.py"],
             "hints": ex.hints(),
+            "hints_html": [_markdown_html(hint) for hint in ex.hints()],
         }
     dest = os.path.join(app.outdir, "_static", "practice")
     os.makedirs(dest, exist_ok=True)

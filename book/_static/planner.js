@@ -3,23 +3,22 @@
  * The planner arrives in the page as its static twin (Planner.static_html):
  * the form as plain HTML inputs, the default plan, and data attributes naming
  * the Python function that renders a plan (data-module, data-function) and
- * the mylib modules it needs (data-modules). When the page is idle this
- * script asks livefig.js for the page's Python (window.mylibLivefig.python:
- * Pyodide served by the site itself, no network) with those modules, and on
- * every change of an input calls mylib.figures.planner.render_json with the
- * form's values: the plan is computed in the page by the book's own Python.
- * Changes are coalesced to one redraw per animation frame, always with the
- * latest values; the derivations a reader has unfolded stay unfolded.
+ * the mylib modules it needs (data-modules). Once the page has loaded, this
+ * script asks livefig.js's Python worker (window.mylibLivefig.call: Pyodide
+ * served by the site itself, no network, running off the page's thread) to load
+ * those modules, and on every change of an input calls
+ * mylib.figures.planner.render_json there with the form's values: the plan is
+ * computed by the book's own Python while the page keeps answering. One
+ * computation is in flight at a time; changes made meanwhile are coalesced,
+ * the latest values win; the derivations a reader has unfolded stay unfolded.
  *
  * For tests and the curious, the planner carries data-state (static,
- * loading, live, error), data-renders, data-render-ms (the last redraw:
- * Python and the page update), data-input-ms (from the change to the new
- * plan on screen) and data-python (ready once Python and the modules are in).
+ * loading, live, error), data-renders, data-render-ms (the last plan's Python
+ * time, in the worker), data-input-ms (from the change to the new plan on
+ * screen) and data-python (ready once Python and the modules are in).
  */
 (function () {
   "use strict";
-  var renderers = {};
-
   function valuesOf(root) {
     var values = {};
     root.querySelectorAll(".planner-form [name]").forEach(function (el) {
@@ -28,13 +27,11 @@
     return values;
   }
 
-  function python(root) {
+  // The plan for these values, computed in the worker: a promise of {result, ms}.
+  function compute(root, values) {
     if (!window.mylibLivefig) return Promise.reject(new Error("livefig.js is not loaded"));
-    return window.mylibLivefig.python(JSON.parse(root.dataset.modules)).then(function (py) {
-      var key = root.dataset.module + "." + root.dataset.function;
-      if (!renderers[key]) renderers[key] = py.pyimport(root.dataset.module)[root.dataset.function];
-      return renderers[key];
-    });
+    return window.mylibLivefig.call(root.dataset.module, root.dataset.function,
+                                    [JSON.stringify(values)], JSON.parse(root.dataset.modules));
   }
 
   function setStatus(root, state, message) {
@@ -50,24 +47,22 @@
       do {
         root._pending = false;
         if (root.dataset.state === "static") setStatus(root, "loading", "Loading Python in your browser...");
-        var render = await python(root);
         var inputAt = root._inputAt;
         root._inputAt = null;
+        var answer = await compute(root, valuesOf(root));
         var out = root.querySelector(".planner-output");
         var open = Array.from(out.querySelectorAll("details[open]")).map(function (d) { return d.dataset.fold; });
-        var started = performance.now();
-        var planHtml = render(JSON.stringify(valuesOf(root)));
-        out.innerHTML = planHtml;
+        out.innerHTML = answer.result;
         open.forEach(function (fold) {
           var d = out.querySelector('details[data-fold="' + fold + '"]');
           if (d) d.open = true;
         });
         var done = performance.now();
-        root.dataset.renderMs = (done - started).toFixed(2);
+        root.dataset.renderMs = answer.ms.toFixed(2);
         if (inputAt != null) root.dataset.inputMs = (done - inputAt).toFixed(2);
         root.dataset.renders = String(Number(root.dataset.renders || 0) + 1);
         setStatus(root, "live", "Computed in your browser by the book's own Python (" +
-                  root.dataset.module + "), " + (done - started).toFixed(0) + " ms for this plan.");
+                  root.dataset.module + "), " + answer.ms.toFixed(0) + " ms for this plan.");
       } while (root._pending);
     } catch (err) {
       console.error("planner: " + err);
@@ -77,10 +72,11 @@
     }
   }
 
+  // Sent to the worker at once; changes made while a plan is computed are
+  // coalesced into one more, with the values the form has then.
   function schedule(root) {
     if (root._inputAt == null) root._inputAt = performance.now();
-    if (root._frame) return;
-    root._frame = requestAnimationFrame(function () { root._frame = 0; redraw(root); });
+    redraw(root);
   }
 
   function setUp(root) {
@@ -99,11 +95,10 @@
     });
   }
 
-  // Load Python and draw once, unseen, so that the reader's first change only draws.
+  // Load Python and compute once, unseen, so that the reader's first change only computes.
   function preload() {
     document.querySelectorAll(".planner[data-module]").forEach(function (root) {
-      python(root).then(function (render) {
-        render(JSON.stringify(valuesOf(root)));
+      compute(root, valuesOf(root)).then(function () {
         root.dataset.python = "ready";
       }).catch(function (err) { root.dataset.python = "error"; console.error("planner: " + err); });
     });
@@ -113,11 +108,6 @@
   window.mylibPlanner = { redraw: redraw, values: valuesOf };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpAll);
   else setUpAll();
-  function whenIdle() {
-    if (!document.querySelector(".planner[data-module]")) return;
-    if (window.requestIdleCallback) requestIdleCallback(preload, { timeout: 2000 });
-    else setTimeout(preload, 200);
-  }
-  if (document.readyState === "complete") whenIdle();
-  else window.addEventListener("load", whenIdle);
+  if (document.readyState === "complete") preload();
+  else window.addEventListener("load", preload);
 })();

@@ -154,7 +154,8 @@
     });
 
     box.querySelector(".practice-hint").addEventListener("click", async () => {
-      const hints = (await loadBundle()).exercises[exercise].hints;
+      const entry = (await loadBundle()).exercises[exercise];
+      const hints = entry.hints_html || entry.hints;
       const shown = hintsBox.children.length;
       if (shown >= hints.length) {
         status.textContent = "That was the last hint.";
@@ -162,7 +163,15 @@
       }
       const div = document.createElement("div");
       div.className = "practice-hint-text";
-      div.textContent = `Hint ${shown + 1} of ${hints.length}: ${hints[shown]}`;
+      const head = document.createElement("strong");
+      head.textContent = `Hint ${shown + 1} of ${hints.length}:`;
+      div.appendChild(head);
+      // The hint's Markdown, rendered at build time (book/_ext/practice_page.py,
+      // raw HTML escaped): code as code, no hard line breaks.
+      const body = document.createElement("div");
+      if (entry.hints_html) body.innerHTML = hints[shown];
+      else body.textContent = hints[shown];
+      div.appendChild(body);
       hintsBox.appendChild(div);
     });
 

@@ -22,13 +22,14 @@ took). The same display also carries a ``text/html`` *static twin*: the default
 drawing, plain HTML range inputs, and data attributes naming the render
 function and the sliders. The book's build prefers that twin over the widget
 (``nb_mime_priority_overrides`` in ``_config.yml``), so the page shows the
-default figure at once; ``_static/livefig.js`` loads Pyodide when the page is
-idle, copies the mylib modules the function needs (see
-:mod:`mylib.figures.browser`) into it and, on each slider move, calls
-:func:`render_positions` with the slider positions: the very same Python draws
-the figure in the page. JupyterLab shows the same twin for a cell it has not
-run (see :meth:`LiveFigure.static_html`): there it is a picture of the default
-drawing.
+default figure at once; ``_static/livefig.js`` starts a Web Worker
+(``_static/livefig-worker.js``) once the page has loaded, which loads Pyodide,
+copies the mylib modules the function needs (see :mod:`mylib.figures.browser`)
+into it and, on each slider move, calls :func:`render_positions` with the
+slider positions: the very same Python draws the figure, off the page's thread,
+and the page puts the returned SVG in place. JupyterLab shows the same twin
+for a cell it has not run (see :meth:`LiveFigure.static_html`): there it is a
+picture of the default drawing.
 
 Only the standard library is imported at module level: this file also runs in
 the browser. ipywidgets is imported when a widget is first built.
