@@ -89,7 +89,7 @@ def run(width=512, depth=8, global_batch=64, steps=30, lr=0.01):
                     "error (%)",
                     "efficiency measured",
                     "efficiency model",
-                    "alpha fitted (us)",
+                    "alpha fitted (µs)",
                     "beta fitted (GB/s)",
                     "max |diff| vs 1 process",
                 ],

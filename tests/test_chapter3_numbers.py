@@ -45,8 +45,8 @@ def test_the_prose_describes_the_figure_defaults():
 
 
 def test_every_slider_position_the_text_names_is_offered():
-    # Things to try (200 us, 400 MB, 5 GB/s, 4 ms, 256 ranks) and exercise ex-3-best-cap
-    # (8 ranks, 1 GB/s, 200 us).
+    # Things to try (200 µs, 400 MB, 5 GB/s, 4 ms, 256 ranks) and exercise ex-3-best-cap
+    # (8 ranks, 1 GB/s, 200 µs).
     assert 200.0 in offered("latency_us") and 400.0 in offered("bucket_cap_mb")
     assert 5.0 in offered("bandwidth_gb_s") and 1.0 in offered("bandwidth_gb_s")
     assert (
@@ -59,7 +59,7 @@ def test_every_slider_position_the_text_names_is_offered():
 def test_exercise_best_cap_key_points():
     layers = transformer_blocks(24, 10.0)
     link = tl.Link(8, 200e-6, 1e9)
-    # "every all-reduce now pays 2 * 7 * 200 us = 2.8 ms ... 288 of them ... about 0.8
+    # "every all-reduce now pays 2 * 7 * 200 µs = 2.8 ms ... 288 of them ... about 0.8
     # s"
     assert link.allreduce_s(0) == pytest.approx(2.8e-3)
     assert len(layers) * 2 == 288 and 288 * link.allreduce_s(0) == pytest.approx(

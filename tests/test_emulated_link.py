@@ -193,7 +193,7 @@ def test_myddp_on_the_emulated_link_trains_bit_for_bit_as_without(world):
 
 def test_the_link_keeps_the_ratios_of_chapter_7s_7b_model_on_a_cluster():
     # 7B: 14 GB of bf16 gradients in 224 tensors; 0.8 s of backward a rank on 64
-    # ranks, 51.2 s on one. One 400 Gb/s NIC (50 GB/s) a node, 5 us a ring step.
+    # ranks, 51.2 s on one. One 400 Gb/s NIC (50 GB/s) a node, 5 µs a ring step.
     for n in (64, 128, 160, 256):
         r = cluster_ratios(n)
         backward = 51.2 / n

@@ -384,7 +384,7 @@ def test_remembered_number_texts_are_the_computed_ones():
         for digits in (2, 3):
             assert svg.format_seconds(v, digits) == svg._format(v, digits)
         assert svg._num(v) == svg._num.__wrapped__(v)
-    assert (svg.format_seconds(0.0), svg.format_seconds(-0.0)) == ("0 us", "-0 us")
+    assert (svg.format_seconds(0.0), svg.format_seconds(-0.0)) == ("0 µs", "-0 µs")
 
 
 def legend_labels(svg):
@@ -420,7 +420,7 @@ def test_the_legend_lists_only_what_the_figure_draws():
 
 
 def test_the_readout_tells_apart_steps_a_thousandth_apart():
-    # chapter 3's exercise: 100 MB and 200 MB caps at 8 ranks, 1 GB/s, 200 us
+    # chapter 3's exercise: 100 MB and 200 MB caps at 8 ranks, 1 GB/s, 200 µs
     steps = {
         cap: ts.bucketing_timelines(
             bandwidth_gb_s=1.0, latency_us=200.0, bucket_cap_mb=cap

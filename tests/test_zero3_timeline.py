@@ -192,7 +192,7 @@ def test_the_figure_can_run_in_the_browser():
 # -- on a cluster: nodes of GPUs, NVLink inside, NICs out ---------------------------
 
 S = 1e9  # bytes of one layer, for the hand computations
-STEP = STEP_LATENCY_S  # 5 us per ring step, NVLink or network
+STEP = STEP_LATENCY_S  # 5 µs per ring step, NVLink or network
 
 
 @pytest.mark.parametrize(

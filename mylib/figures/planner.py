@@ -139,13 +139,13 @@ def sizes_html(fit):
 def fit_html(fit, cluster):
     """The calibration: each size regime's latency and bandwidth, and the link used."""
     rows = "".join(
-        f"<tr><td>{r.min_bytes:,} to {r.max_bytes:,}</td><td>{r.alpha_s * 1e6:.2f} us"
+        f"<tr><td>{r.min_bytes:,} to {r.max_bytes:,}</td><td>{r.alpha_s * 1e6:.2f} µs"
         f"</td><td>{r.busbw / 1e9:.1f} GB/s</td><td>{r.max_error:.1%}</td></tr>"
         for r in fit.regimes
     )
     link = (
         f"NICs at {cluster.nic_bw / 1e9:.1f} GB/s each way, NVLink at "
-        f"{cluster.nvlink_bw / 1e9:.0f} GB/s, {cluster.nic_latency_s * 1e6:.2f} us "
+        f"{cluster.nvlink_bw / 1e9:.0f} GB/s, {cluster.nic_latency_s * 1e6:.2f} µs "
         "a ring step"
     )
     return (

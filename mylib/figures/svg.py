@@ -323,9 +323,9 @@ def ticks(lo, hi, target_ticks=5):
 
 
 def format_seconds(seconds, digits=3):
-    """A duration in the unit that reads best: ``12.3 ms``, ``850 us``, ``1.20 s``."""
+    """A duration in the unit that reads best: ``12.3 ms``, ``850 µs``, ``1.20 s``."""
     # floats remembered, as the lanes of one figure repeat their times; but 0.0 and
-    # -0.0 are one key to a cache and print "0 us" and "-0 us"
+    # -0.0 are one key to a cache and print "0 µs" and "-0 µs"
     if type(seconds) is float and seconds:
         return _seconds_text(seconds, digits)
     return _format(seconds, digits)
@@ -333,8 +333,8 @@ def format_seconds(seconds, digits=3):
 
 def _format(seconds, digits):
     magnitude = abs(seconds)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if magnitude >= scale or unit == "us":
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if magnitude >= scale or unit == "µs":
             value = seconds / scale
             decimals = (
                 max(digits - 1 - int(math.floor(math.log10(abs(value)))), 0)

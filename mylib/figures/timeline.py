@@ -378,7 +378,7 @@ def bucketing_figure(**values):
     title = (
         f"{s.n_layers} transformer blocks "
         f"({s.n_layers * BLOCK_BYTES / MB:,.0f} MB of gradients), {s.ranks} ranks, "
-        f"{s.bandwidth_gb_s:g} GB/s, {s.latency_us:g} us per message"
+        f"{s.bandwidth_gb_s:g} GB/s, {s.latency_us:g} µs per message"
     )
     return draw_timelines(bucketing_timelines(**vars(s)), title=title)
 
@@ -409,7 +409,7 @@ BUCKETING_SLIDERS = [
         "latency per message",
         (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0),
         50.0,
-        "{:g} us",
+        "{:g} µs",
     ),
     steps("backward_ms_per_layer", "backward per block", 1.0, 40.0, 1.0, 10.0, "ms"),
     choices("ranks", "ranks", (2, 4, 8, 16, 32, 64, 128, 256), 8),

@@ -100,7 +100,7 @@ def slider_cluster(gpus_per_node, nics_per_node, nic_gb_s, nvlink_gb_s):
 
     One node: the rank count decides how many
     (:meth:`~mylib.models.cluster.Cluster.for_ranks`). Latency per ring step
-    is the cluster model's own, 5 us on either link.
+    is the cluster model's own, 5 µs on either link.
     """
     return Cluster(
         "slider nodes", 1, gpus_per_node, nvlink_gb_s * GB, nics_per_node, nic_gb_s * GB

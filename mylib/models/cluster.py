@@ -71,7 +71,7 @@ def nic_each_way(gbit_s):
 
 
 #: The book's round figure for one step of a ring, on either link. NCCL's own
-#: tuner charges 0.6 to 4 us per NVLink step and 2.7 to 14 us per network step,
+#: tuner charges 0.6 to 4 µs per NVLink step and 2.7 to 14 µs per network step,
 #: by protocol (``hwLatencies`` in NCCL's ``src/graph/tuning.cc``).
 STEP_LATENCY_S = 5e-6
 

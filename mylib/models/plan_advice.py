@@ -35,7 +35,7 @@ def secs(x):
         return f"{x:,.0f} s"
     if x >= 1:
         return f"{x:.2f} s"
-    return f"{x * 1e3:.1f} ms" if x >= 1e-3 else f"{x * 1e6:.0f} us"
+    return f"{x * 1e3:.1f} ms" if x >= 1e-3 else f"{x * 1e6:.0f} µs"
 
 
 def duration(x):

@@ -100,7 +100,7 @@ def report(p, fit=None, explain=False):
     ]
     if fit is not None:
         regimes = "; ".join(
-            f"{r.min_bytes:,}-{r.max_bytes:,} B: {r.alpha_s * 1e6:.2f} us a step, "
+            f"{r.min_bytes:,}-{r.max_bytes:,} B: {r.alpha_s * 1e6:.2f} µs a step, "
             f"{r.busbw / 1e9:.1f} GB/s bus"
             for r in fit.regimes
         )
