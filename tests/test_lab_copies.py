@@ -3,8 +3,8 @@
 Every role of the book's MyST that jupyterlab-myst cannot resolve is rewritten
 (no ``{term}``, ``{ref}``, ``{doc}``, ``{cite}``, ``{glue:text}``, ``{exercise}`` left);
 every link the rewrite makes leads to a file of the copies and, with an anchor, to
-a ``(label)=`` there; exercises carry the site's numbers (the chapter's, in page
-order, as book/_ext/exercise_numbers.py numbers them); writing the copies leaves
+a ``(label)=`` there; exercises carry the site's titles ("Exercise (The best
+cap)"); writing the copies leaves
 the tracked files as they were; and a copy the reader changed is kept.
 tests/test_lab.py opens the copies in JupyterLab.
 """
@@ -20,7 +20,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
-import exercise_numbers  # noqa: E402
 import lab_copies  # noqa: E402
 import lab_myst  # noqa: E402
 
@@ -84,22 +83,19 @@ def test_everything_resolves(copies):
     assert not broken, "\n".join(broken)
 
 
-def test_exercises_carry_the_sites_numbers(copies):
+def test_exercises_carry_the_sites_titles(copies):
     dest = copies[0]
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
         source = lab_myst.markdown_of(json.loads(notebook.read_text(encoding="utf-8")))
-        labels = lab_myst.exercise_labels(source)
-        if not labels:
+        found = lab_myst.exercises(source)
+        if not found:
             continue
-        chapter = exercise_numbers.chapter_of(f"notebooks/{notebook.stem}")
-        site = exercise_numbers.per_chapter(
-            {label: (k,) for k, label in enumerate(labels, start=1)}, chapter
-        )
         copy = (dest / "notebooks" / notebook.name).read_text(encoding="utf-8")
         text = lab_myst.markdown_of(json.loads(copy))
-        for label, (ch, k) in site.items():
-            assert f"{{admonition}} Exercise {ch}.{k}\n" in text, (notebook.name, k)
-            assert f"[Exercise {ch}.{k}](#{label})" in text, (notebook.name, label)
+        for label, heading in found:
+            assert heading.startswith("Exercise (") and heading.endswith(")"), heading
+            assert f"{{admonition}} {heading}\n" in text, (notebook.name, heading)
+            assert f"[{heading}](#{label})" in text, (notebook.name, label)
 
 
 def test_a_copy_the_reader_changed_is_kept(tmp_path):

@@ -13,7 +13,7 @@ site does, without touching the tracked files:
   FRESH=1`` replaces every copy).
 * **MyST resolved as on the site** (book/_ext/lab_myst.py): glossary terms,
   labels, cross-references, citations and ``{glue}`` numbers become links and
-  text; exercises carry the site's numbers. The pages the chapters link to
+  text; exercises carry the site's titles. The pages the chapters link to
   (glossary, setup, practice, benchmarks, references, introduction) are copied
   to ``.lab/book/*.md``, rewritten the same way; JupyterLab opens a linked
   ``.md`` rendered (Markdown preview, drawn by jupyterlab-myst).
@@ -207,7 +207,7 @@ def build(fresh=False, dest=None):
     for path, text in pages.items():
         index.add_page(path, text)
     for path, notebook in notebooks.items():
-        index.add_page(path, lab_myst.markdown_of(notebook), chapter=int(path[10:12]))
+        index.add_page(path, lab_myst.markdown_of(notebook))
 
     problems, outputs, folded = [], {}, []
     for path, text in pages.items():

@@ -2,20 +2,22 @@
 
 jupyterlab-myst renders each Markdown cell (or Markdown file) on its own: it knows
 no glossary, no other notebook's labels, no ``{glue}`` values and no bibliography,
-and numbers exercises 1, 2, 3. The site (Sphinx) resolves all of them. So the
-copies ``make lab`` opens (book/_ext/lab_copies.py) get, in their Markdown, what
-the site shows:
+and does not know the ``{exercise}`` directive. The site (Sphinx) resolves all of
+them. So the copies ``make lab`` opens (book/_ext/lab_copies.py) get, in their
+Markdown, what the site shows:
 
 * ``{term}`` -> a link to the term in ``book/glossary.md`` (its own rewritten copy);
 * ``{ref}``, ``{numref}`` -> a link to the label (``#label`` in the same notebook,
   ``other.ipynb#label`` or ``../book/page.md#label`` elsewhere), with the text the
-  site shows (the heading's title, "Exercise 3.1", "3.1 · Assign ...");
+  site shows (the heading's title, "Exercise (The best cap)", "3.1 · Assign ...");
 * ``{doc}`` -> a link to the notebook or page, titled as on the site;
 * ``{cite}`` -> "(Author Year)" linking to the entry in ``book/references.md``;
 * ``{glue:text}`` -> the value the notebook glued, formatted as the site formats it;
 * ``[text](label)`` (MyST's link to a label) -> a link to it, as ``{ref}``;
-* ``{exercise}``/``{solution}`` -> an admonition titled "Exercise 3.1" (the site's
-  number, book/_ext/exercise_numbers.py) and a dropdown "Solution to Exercise 3.1".
+* ``{exercise}``/``{solution}`` -> an admonition titled as the site titles it,
+  "Exercise (The best cap)", and a dropdown "Solution to Exercise (The best cap)".
+  A chapter's own exercises carry a title, not a number: numbers are the graded
+  exercises' ids (3.1 is the practice page's "Assign parameters to buckets").
 
 jupyterlab-myst gives an element the id of the ``(label)=`` before it when that
 element is a heading or a paragraph (checked in JupyterLab 4.6 with jupyterlab-myst
@@ -31,7 +33,7 @@ LABEL_LINK = re.compile(r"\]\(([A-Za-z][A-Za-z0-9_:-]*)\)")
 LABEL = re.compile(r"^\((?P<label>[A-Za-z0-9_.:-]+)\)=\s*$", re.M)
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 EXERCISE = re.compile(
-    r"^(?P<fence>:{3,})\{exercise\}[^\n]*\n(?P<opts>(?::[a-z-]+:[^\n]*\n)*)"
+    r"^(?P<fence>:{3,})\{exercise\}(?P<title>[^\n]*)\n(?P<opts>(?::[a-z-]+:[^\n]*\n)*)"
     r"(?P<body>.*?)^(?P=fence)[ \t]*$",
     re.M | re.S,
 )
@@ -82,11 +84,22 @@ def first_heading(markdown):
 
 def exercise_labels(markdown):
     """The ``:label:`` of each ``{exercise}``, in page order."""
-    labels = []
+    return [label for label, _ in exercises(markdown)]
+
+
+def exercises(markdown):
+    """``[(label, heading)]`` of each ``{exercise}``: "Exercise (its title)"."""
+    found = []
     for match in EXERCISE.finditer(markdown):
         label = re.search(r"^:label:\s*(\S+)", match.group("opts"), re.M)
-        labels.append(label.group(1) if label else None)
-    return labels
+        title = match.group("title").strip()
+        found.append(
+            (
+                label.group(1) if label else None,
+                f"Exercise ({title})" if title else "Exercise",
+            )
+        )
+    return found
 
 
 class Index:
@@ -94,11 +107,12 @@ class Index:
 
     ``labels``: label -> (path of the page in the copies, link text);
     ``titles``: page path -> title; ``terms``: lower-case term -> anchor;
-    ``cite``: key -> "Author Year"; ``numbers``: exercise label -> "3.1".
+    ``cite``: key -> "Author Year"; ``exercises``: exercise label -> its heading,
+    "Exercise (The best cap)".
     """
 
     def __init__(self):
-        self.labels, self.titles, self.terms, self.cite, self.numbers = (
+        self.labels, self.titles, self.terms, self.cite, self.exercises = (
             {},
             {},
             {},
@@ -106,18 +120,15 @@ class Index:
             {},
         )
 
-    def add_page(self, path, markdown, chapter=None):
+    def add_page(self, path, markdown):
         """Index one page (a notebook's Markdown cells joined, or a .md file)."""
         self.titles.setdefault(path, first_heading(markdown) or path)
         for label, title in headings_and_labels(markdown):
             self.labels.setdefault(label, (path, title or label))
-        if chapter is not None:
-            k = 0
-            for label in exercise_labels(markdown):
-                k += 1
-                if label:
-                    self.numbers[label] = f"{chapter}.{k}"
-                    self.labels[label] = (path, f"Exercise {chapter}.{k}")
+        for label, heading in exercises(markdown):
+            if label:
+                self.exercises[label] = heading
+                self.labels[label] = (path, heading)
 
 
 def rewrite(markdown, path, index, glue=None, problems=None):
@@ -148,8 +159,6 @@ def rewrite(markdown, path, index, glue=None, problems=None):
                 problems.append(f"{path}: no label {target!r}")
                 return text or target
             page, title = found
-            if kind == "numref" and text and "%s" in text:
-                text = text.replace("%s", index.numbers.get(target, "?"))
             return f"[{text or title}]({link(page, target)})"
         if kind == "doc":
             page = doc_path(target, path)
@@ -203,7 +212,7 @@ def glued(content, glue, path, problems):
 
 
 def exercises_as_admonitions(markdown, index, path, problems):
-    """``{exercise}`` -> "Exercise 3.1" admonition; ``{solution} label`` -> a dropdown.
+    """``{exercise}`` -> an "Exercise (title)" admonition; ``{solution}`` -> a dropdown.
 
     The label goes on the exercise's first paragraph, which jupyterlab-myst gives
     the id.
@@ -212,24 +221,20 @@ def exercises_as_admonitions(markdown, index, path, problems):
     def exercise(match):
         label = re.search(r"^:label:\s*(\S+)", match.group("opts"), re.M)
         label = label.group(1) if label else None
-        number = index.numbers.get(label)
-        if number is None:
-            problems.append(f"{path}: exercise {label!r} has no number")
+        title = match.group("title").strip()
+        heading = f"Exercise ({title})" if title else "Exercise"
         fence = match.group("fence")
         body = match.group("body").lstrip("\n")
         target = f"({label})=\n" if label else ""
-        return (
-            f"{fence}{{admonition}} Exercise {number}\n:class: tip\n"
-            f"{target}{body}{fence}"
-        )
+        return f"{fence}{{admonition}} {heading}\n:class: tip\n{target}{body}{fence}"
 
     def solution(match):
         label = match.group("label")
-        number = index.numbers.get(label, "?")
-        return (
-            f"{match.group('fence')}{{dropdown}} Solution to "
-            f"[Exercise {number}](#{label})\n"
-        )
+        heading = index.exercises.get(label)
+        if heading is None:
+            problems.append(f"{path}: a solution to no exercise {label!r}")
+            heading = "Exercise"
+        return f"{match.group('fence')}{{dropdown}} Solution to [{heading}](#{label})\n"
 
     return SOLUTION.sub(solution, EXERCISE.sub(exercise, markdown))
 
