@@ -143,7 +143,7 @@ def render(app, editors=True):
     for ex in exercises:
         where = "in this page or locally" if ex.browser else "locally (ranks)"
         out.append(
-            f"| {ex.short} ({ex.number}) | {{ref}}`{ex.title} <{ex.label}>` "
+            f"| {ex.short} | {{ref}}`{ex.title} <{ex.label}>` "
             f"| {ex.chapter} "
             f"| {ex.difficulty} | {where} |"
         )
@@ -167,8 +167,7 @@ def render(app, editors=True):
             f"({ex.label})=",
             f"## {ex.short} · {ex.title}",
             "",
-            f"{chapter} · **{ex.difficulty}** · `python practice/judge.py {ex.short}` "
-            f"(folder {ex.id})",
+            f"{chapter} · **{ex.difficulty}** · `python practice/judge.py {ex.short}`",
             "",
             _statement(ex),
             "",
