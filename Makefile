@@ -68,19 +68,15 @@ book: $(STAMP) $(VENDOR)
 	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000  (then http://127.0.0.1:8000)"
 
 # The stages of `make test`, in order; it stops at the first that fails, and
-# prints how long each took.
-TEST_STAGES := lint test-budget test-unit test-practice test-notebooks test-portable \
+# prints how long each took. Two cores: the library's tests and the judge's share
+# nothing and run side by side ("+"), and the pytest stages that run many short,
+# independent files spread them over two workers (-n 2; a file stays on one worker,
+# so its module fixtures are made once). tests/run_stages.sh runs the list.
+TEST_STAGES := lint test-budget test-unit+test-practice test-notebooks test-portable \
   test-book test-browser
 
 test: $(STAMP) $(VENDOR)
-	@times=""; total=$$(date +%s); \
-	for stage in $(TEST_STAGES); do \
-	  start=$$(date +%s); $(MAKE) --no-print-directory $$stage; status=$$?; \
-	  times="$$times  $$(printf '%-15s %5d s' $$stage $$(( $$(date +%s) - start )))\n"; \
-	  if [ $$status != 0 ]; then printf "\nmake test: $$stage failed. Stage times:\n$$times"; \
-	    exit $$status; fi; \
-	done; \
-	printf "\nmake test passed. Stage times:\n$$times  %-15s %5d s\n" total $$(( $$(date +%s) - total ))
+	@MAKE="$(MAKE)" bash tests/run_stages.sh $(TEST_STAGES)
 
 test-budget: $(STAMP)
 	$(BIN)/python tests/chapter_budget.py
@@ -97,7 +93,7 @@ format: $(STAMP)
 	$(BIN)/ruff format $(LINTED)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m "not browser" -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -q tests -m "not browser" -n 2 --dist loadfile -p no:cacheprovider --durations=25
 
 test-practice: $(STAMP)
 	@if [ -f practice/judge.py ]; then $(BIN)/python -m pytest -q practice -p no:cacheprovider --durations=10; fi
@@ -105,7 +101,7 @@ test-practice: $(STAMP)
 # nbval re-executes every notebook and compares with its stored outputs, so
 # the site (built from stored outputs) is proven current without a 2nd run.
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q --nbval notebooks --nbval-sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=10
+	$(BIN)/python -m pytest -q --nbval notebooks -n 2 --dist loadfile --nbval-sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=10
 
 # The stored outputs must not depend on the CPU that recorded them: the notebooks
 # again, under ATen's portable kernels and MKL's AVX2 code path (book/setup.md, "On
