@@ -95,25 +95,38 @@ MULTIPLE = re.compile(r"[\dK)]\s*\\Psi|\\Psi\s*/")
 UNIT = re.compile(r"\b(bytes?|elements?|parameters?|numbers?|FLOPs?)\b")
 
 
+# ... and written out: 2Ψ, KΨ, 12Ψ/N (the glossary, the planner's text)
+PSI_TEXT = re.compile(r"[\dK)]\s*Ψ(?:\s*/\s*N)?")
+PAGES = sorted(NOTEBOOKS.glob("*.ipynb")) + sorted(
+    (NOTEBOOKS.parent / "book").glob("*.md")
+)
+
+
 def prose(path):
-    """The Markdown paragraphs of a notebook, display math and tables left out."""
-    for cell in json.loads(path.read_text())["cells"]:
-        if cell["cell_type"] != "markdown":
-            continue
-        text = re.sub(r"\$\$.*?\$\$", " ", "".join(cell["source"]), flags=re.S)
+    """The Markdown paragraphs of a notebook or page, display math and tables out."""
+    if path.suffix == ".md":
+        texts = [path.read_text()]
+    else:
+        cells = json.loads(path.read_text())["cells"]
+        texts = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    for text in texts:
+        text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
         for paragraph in re.split(r"\n\s*\n", text):
             lines = [ln for ln in paragraph.splitlines() if not ln.startswith("|")]
             yield " ".join(lines)
 
 
-@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=str)
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
 def test_every_multiple_of_psi_says_its_unit(path):
-    """``2\\Psi`` is ambiguous (bytes? elements?): the words around it must say."""
+    """``2\\Psi`` is ambiguous (bytes? elements?): the words around it must say.
+
+    Every chapter and every page of the book, the glossary included.
+    """
     bare = []
     for paragraph in prose(path):
-        for span in PSI_SPAN.finditer(paragraph):
-            if not MULTIPLE.search(span[1]):
-                continue
+        spans = [s for s in PSI_SPAN.finditer(paragraph) if MULTIPLE.search(s[1])]
+        spans += list(PSI_TEXT.finditer(paragraph))
+        for span in spans:
             around = paragraph[max(0, span.start() - 60) : span.end() + 60]
             if not UNIT.search(around):
                 bare.append(around)

@@ -9,11 +9,19 @@ def run_torchrun(script, cwd, nproc=2, timeout=300, args=()):
     """``torchrun --standalone --nproc-per-node=nproc script *args`` in ``cwd``.
 
     One thread per rank, the repository on ``PYTHONPATH`` (so ``import mylib``
-    works from any folder). Returns the finished process, output captured.
-    Past ``timeout`` seconds every process it started is killed
+    works from any folder), and torch's FutureWarnings errors there too, as in
+    the tests' own process (pyproject.toml). Returns the finished process,
+    output captured. Past ``timeout`` seconds every process it started is killed
     (:func:`mylib.experiments.torchrun.run_torchrun`).
     """
-    return torchrun.run_torchrun(script, nproc, args, cwd=cwd, timeout_s=timeout)
+    return torchrun.run_torchrun(
+        script,
+        nproc,
+        args,
+        cwd=cwd,
+        timeout_s=timeout,
+        env={"PYTHONWARNINGS": "error::FutureWarning"},
+    )
 
 
 def left_behind(text):
