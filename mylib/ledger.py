@@ -153,6 +153,10 @@ class CollectiveLedger:
                     ):
                         return f"call #{seq} differs on rank {r}"
                 if self.store.check([f"{r}/state"]):  # it stopped, or left
+                    # A rank records its call before it says it stopped: the call
+                    # may have come since `has_call` was read; compare it next pass.
+                    if not has_call and self.store.check([f"{r}/{seq}"]):
+                        continue
                     how = "stopped at its call" if has_call else "makes no call"
                     return f"rank {r} {how} #{seq}"
                 if has_call:
