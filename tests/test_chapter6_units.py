@@ -265,22 +265,42 @@ def test_the_figures_legends_name_k_and_its_optimizer():
     )
 
 
-def test_every_k_in_the_chapter_names_its_optimizer():
-    """K is 12, 8, 4 or 0 by optimizer: wherever the prose sets it, it says which."""
-    for paragraph in prose(CHAPTER):
-        for m in re.finditer(r"K\s*=\s*(\d+)", paragraph):
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_every_k_names_its_optimizer(path):
+    """K is 12, 8, 4 or 0 by optimizer: wherever a page sets it, it says which.
+
+    Every chapter and page: its prose, and what its cells print.
+    """
+    texts = list(prose(path)) + printed_lines(path)
+    for paragraph in texts:
+        for m in re.finditer(r"\bK\s*=\s*(\d+)", paragraph):
             around = paragraph[max(0, m.start() - 200) : m.end() + 200]
-            assert re.search(r"Adam|SGD|optimizer", around), around
+            assert re.search(r"Adam|SGD|optimizer", around), f"{path.name}: {around}"
 
 
-def test_chapter_6s_printed_outputs_say_bytes_or_elements():
-    """What the chapter's cells print: every multiple of Ψ with its unit."""
+CHAPTERS = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+def printed_lines(path):
+    """The lines a notebook's cells print (stored outputs); none for a page."""
+    if path.suffix != ".ipynb":
+        return []
     outputs = []
-    for cell in json.loads(CHAPTER.read_text())["cells"]:
+    for cell in json.loads(path.read_text())["cells"]:
         for out in cell.get("outputs", []):
             outputs.append("".join(out.get("text", "")))
-    text = "\n".join(outputs)
-    assert "Ψ" in text
+    return "\n".join(outputs).splitlines()
+
+
+def test_chapter_6_prints_psi():
+    assert any("Ψ" in line for line in printed_lines(CHAPTER))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_printed_outputs_say_bytes_or_elements(path):
+    """What each chapter's cells print: every multiple of Ψ with its unit."""
+    lines = printed_lines(path)
+    text = "\n".join(lines)
     assert not re.search(r"\d\s*psi\b", text), "write Ψ with its unit, not psi"
-    for line in text.splitlines():
+    for line in lines:
         assert len(PSI_IN_TEXT.findall(line)) == len(SIZE.findall(line)), line
