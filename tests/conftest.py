@@ -1,9 +1,18 @@
-"""Fixtures shared by the browser tests of the built site."""
+"""Fixtures shared by the browser tests of the built site.
+
+And one rule for every process a test starts: torch's FutureWarnings (what it
+will remove) are errors there, as in the tests' own process (pyproject.toml's
+``filterwarnings``), in ranks, torchrun's agents and workers, and scripts alike.
+"""
 
 import os
 import pathlib
 
 import pytest
+
+os.environ["PYTHONWARNINGS"] = ",".join(
+    filter(None, [os.environ.get("PYTHONWARNINGS"), "error::FutureWarning"])
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # BOOK_SITE points the tests at a site built elsewhere (jupyter-book --path-output).
