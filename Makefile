@@ -71,9 +71,12 @@ book: $(STAMP) $(VENDOR)
 # prints how long each took. Two cores: the library's tests and the judge's share
 # nothing and run side by side ("+"), and the pytest stages that run many short,
 # independent files spread them over two workers (-n 2; a file stays on one worker,
-# so its module fixtures are made once). tests/run_stages.sh runs the list.
-TEST_STAGES := lint test-budget test-unit+test-practice test-notebooks test-portable \
-  test-book test-browser
+# so its module fixtures are made once). The browser's visits wait on pages much of
+# their time, so they run beside the notebooks' portable run; the site they visit is
+# built first (from the stored outputs, which test-notebooks then proves current).
+# tests/run_stages.sh runs the list.
+TEST_STAGES := lint test-budget test-book test-unit+test-practice test-notebooks \
+  test-portable+test-browser
 
 test: $(STAMP) $(VENDOR)
 	@MAKE="$(MAKE)" bash tests/run_stages.sh $(TEST_STAGES)

@@ -5,7 +5,11 @@ tagged ``nbval-ignore-output``. ``make test-portable`` runs the notebooks again
 under other CPU kernels, to show that no compared output depends on them; there
 a cell whose output is not compared (a timing, a figure of measured times) is
 skipped, unless a compared cell needs what it computes (tag
-``nbval-portable``), since it can show nothing about the stored outputs.
+``nbval-portable``), since it can show nothing about the stored outputs. So is
+a compared cell tagged ``nbval-no-floats``: it prints no number that a floating-point
+kernel computes (counts, settings, the True or False of a comparison of two runs
+on the same machine), which tests/test_notebook_outputs.py checks of its stored
+output; chapter 9's restarts under torchrun are such cells, a minute each.
 """
 
 import os
@@ -24,7 +28,8 @@ def pytest_collection_modifyitems(config, items):
     keep, skipped = [], []
     for item in items:
         tags = _tags(item)
-        if "nbval-ignore-output" in tags and "nbval-portable" not in tags:
+        ignored = "nbval-ignore-output" in tags and "nbval-portable" not in tags
+        if ignored or "nbval-no-floats" in tags:
             skipped.append(item)
         else:
             keep.append(item)

@@ -130,6 +130,15 @@ WATCH_JS = """(() => {
 })();"""
 
 
+# Before any script of the page, for visits that look at the layout only: no Web
+# Worker starts, so the live figures' Python (Pyodide: seconds of CPU) never loads.
+# The figures keep the drawing they arrive with, which is Python's own first drawing
+# (mylib.figures.livefig.LiveFigure.static_html).
+NO_WORKER_JS = """(() => {
+  window.Worker = class { postMessage() {} terminate() {} addEventListener() {} };
+})();"""
+
+
 def _icon_left_behind(request):
     """The page's icon, still loading when the reader went to another page.
 
@@ -146,6 +155,7 @@ def open_page(
     wait_until="load",
     settle_ms=300,
     color_scheme="light",
+    python=True,
 ):
     """Open ``url`` in a fresh browser context; yield ``(page, problems)``.
 
@@ -153,7 +163,8 @@ def open_page(
     would need the network fails here instead of waiting for a timeout.
     ``color_scheme`` is the system's ("light" or "dark"): the site follows it
     until the reader picks a theme. The page records its long tasks from its
-    start (``WATCH_JS``).
+    start (``WATCH_JS``). With ``python=False`` no Web Worker starts
+    (``NO_WORKER_JS``): for visits that only look at the layout.
     """
     problems = []
     context = chromium.new_context(
@@ -161,6 +172,8 @@ def open_page(
         color_scheme=color_scheme,
     )
     context.add_init_script(WATCH_JS)
+    if not python:
+        context.add_init_script(NO_WORKER_JS)
 
     def route(r):
         if is_local(r.request.url):

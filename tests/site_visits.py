@@ -12,7 +12,9 @@ part-way keeps its error, and each test of that page and view reports it.
   (``site_timing.warm``), then each figure's first slider to its other end.
 * the other three, the layout: the page's width (nothing may scroll sideways at
   390 px), the live figures' controls and text size, the contrast of the text
-  that matters (``page_checks.py``), screenshots.
+  that matters (``page_checks.py``), screenshots. A chapter's live figures arrive
+  drawn, so these visits do not load their Python (``browser.NO_WORKER_JS``);
+  the pages that Python fills in after the load (``PYTHON_FILLS``) load it.
 """
 
 import browser
@@ -25,6 +27,10 @@ VIEWS = {
     "1280 dark": ((1280, 900), "dark"),
     "390 dark": ((390, 844), "dark"),
 }
+
+# Pages whose content Python writes after the load: the planner's tables, the
+# exercises' editors.
+PYTHON_FILLS = ("notebooks/10_plan_your_run.html", "book/practice.html")
 
 # Unfold everything a reader can unfold: folded cells and dropdowns.
 UNFOLD_JS = """() => {
@@ -178,10 +184,13 @@ def visit(chromium, url, page, record, shots):
 def look(chromium, url, page, view, record, shots):
     """Open ``url`` in ``view`` and record its layout and contrast."""
     viewport, scheme = VIEWS[view]
-    with browser.open_page(chromium, url, viewport=viewport, color_scheme=scheme) as (
-        tab,
-        problems,
-    ):
+    with browser.open_page(
+        chromium,
+        url,
+        viewport=viewport,
+        color_scheme=scheme,
+        python=page in PYTHON_FILLS,
+    ) as (tab, problems):
         record["problems"] = problems
         record["theme"] = tab.evaluate("() => document.documentElement.dataset.theme")
         _wait_for_math(tab)

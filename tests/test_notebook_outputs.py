@@ -7,7 +7,9 @@ instead (``mylib.figures.show.below``: "below 1e-12"). This test reads every
 notebook's stored outputs and fails on a number in scientific notation below
 1e-6 in an output nbval compares, and below 1e-9 in any output (a timing's cell
 is not compared, but the page still shows it). ``make test-portable`` shows the
-rest: the compared outputs are the same under other kernels.
+rest: the compared outputs are the same under other kernels. It skips the cells
+tagged ``nbval-no-floats`` (notebooks/conftest.py), so this test holds them to
+it: no decimal fraction and no exponent in their stored outputs.
 """
 
 import json
@@ -73,3 +75,51 @@ def test_the_check_sees_a_rounding_digit(tmp_path):
     }
     notebook.write_text(json.dumps({"cells": [cell]}))
     assert small_numbers(notebook) == [(0, True, "max |diff| = 8.3e-17", 17)]
+
+
+# A number with a fractional part or an exponent: 4.76e-02, 2.410, 1e-12.
+FLOAT = re.compile(r"\d\.\d|\de[-+]?\d")
+
+
+def float_lines(notebook):
+    """``(cell index, line)`` of each line with a float in a cell tagged
+    ``nbval-no-floats``, and ``(cell index, None)`` for such a cell that is not
+    compared (the tag would hide nothing)."""
+    found = []
+    cells = json.loads(notebook.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    for i, cell in enumerate(code):
+        tags = cell["metadata"].get("tags", [])
+        if "nbval-no-floats" not in tags:
+            continue
+        if "nbval-ignore-output" in tags:
+            found.append((i, None))
+        for output in cell.get("outputs", []):
+            found += [
+                (i, line) for line in _text(output).splitlines() if FLOAT.search(line)
+            ]
+    return found
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_cells_the_portable_run_skips_print_no_float(notebook):
+    bad = [
+        f"cell {i}: " + (line if line is not None else "not compared anyway")
+        for i, line in float_lines(notebook)
+    ]
+    assert not bad, (
+        f"{notebook.name}: a cell tagged nbval-no-floats prints a float, which other "
+        "kernels may change; remove the tag, so that make test-portable runs it:\n"
+        + "\n".join(bad)
+    )
+
+
+def test_the_check_sees_a_float_in_a_no_floats_cell(tmp_path):
+    notebook = tmp_path / "nb.ipynb"
+    cell = {
+        "cell_type": "code",
+        "metadata": {"tags": ["nbval-no-floats"]},
+        "outputs": [{"output_type": "stream", "text": ["3 steps\nloss 2.410\n"]}],
+    }
+    notebook.write_text(json.dumps({"cells": [cell]}))
+    assert float_lines(notebook) == [(0, "loss 2.410")]
