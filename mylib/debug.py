@@ -15,7 +15,8 @@ hangs an hour later. Each tool here turns one such bug into a message:
   (gloo's ``monitored_barrier``).
 
 The collective ledger, which numbers every collective each rank calls and says
-where the ranks parted, is :mod:`mylib.ledger`.
+where the ranks parted, is :mod:`mylib.ledger` (its class here too, with the tools
+it belongs with: ``from mylib.debug import CollectiveLedger``).
 """
 
 import datetime
@@ -23,6 +24,8 @@ import os
 
 import torch
 import torch.distributed as dist
+
+from mylib.ledger import CollectiveHang, CollectiveLedger, ledger_report  # noqa: F401
 
 
 @torch.no_grad()

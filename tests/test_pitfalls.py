@@ -327,6 +327,13 @@ def _ledger_lines(report):
     return report.splitlines()[1:]
 
 
+def test_the_ledger_is_among_chapter_8s_tools():
+    import mylib.debug
+    import mylib.ledger
+
+    assert mylib.debug.CollectiveLedger is mylib.ledger.CollectiveLedger
+
+
 def test_the_ledger_names_where_two_hung_ranks_parted():
     """The loss logged inside `if rank == 0`: without the ledger gloo aborts or
     the ranks hang; with it both ranks stop at the call that does not pair."""
