@@ -398,6 +398,27 @@ def test_llama3_70b_on_8_dgx_h100_fits_only_zero3():
     assert p.lines[0].startswith("torchrun --nnodes=8 --nproc-per-node=8")
 
 
+def test_a_share_is_never_rounded_up_to_a_whole():
+    from mylib.models.plan_numbers import percent
+
+    assert percent(0.9996) == "> 99.9%" and percent(0.999) == "99.9%"
+    assert percent(1.0) == "100.0%" and percent(0.301) == "30.1%"
+
+
+def test_scaling_against_one_node_is_not_claimed_for_a_model_one_node_cannot_hold():
+    big = plan("Llama 3 70B", "DGX H100", 8)
+    assert big.values["run.scaling"].text == "n/a: too big for one node"
+    t = Training(global_batch_tokens=2**19, micro_batch=8, checkpointing=False)
+    small = plan("GPT-2 124M", "DGX H100", 2, t)
+    assert small.values["run.scaling"].text.endswith("%")
+
+
+def test_the_cpu_preset_is_nanogpts_readme_shrunk_for_a_cpu():
+    m = tf.MODELS["nanoGPT Shakespeare (CPU)"]
+    assert (m.layers, m.hidden, m.heads, m.seq) == (4, 128, 4, 64)
+    assert m.vocab == tf.MODELS["nanoGPT Shakespeare"].vocab == 65
+
+
 def test_a_small_model_gets_ddp_and_its_bucket_cap():
     t = Training(global_batch_tokens=2**19, micro_batch=8, checkpointing=False)
     p = plan("GPT-2 124M", "DGX H100", 2, t)
