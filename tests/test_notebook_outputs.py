@@ -66,14 +66,20 @@ def test_no_rounding_digits_in_stored_outputs(notebook):
     )
 
 
-def test_the_check_sees_a_rounding_digit(tmp_path):
-    notebook = tmp_path / "nb.ipynb"
+def one_cell_notebook(folder, printed, tags=()):
+    """A notebook of one code cell that printed ``printed``, tagged ``tags``."""
+    notebook = folder / "nb.ipynb"
     cell = {
         "cell_type": "code",
-        "metadata": {},
-        "outputs": [{"output_type": "stream", "text": ["max |diff| = 8.3e-17\n"]}],
+        "metadata": {"tags": list(tags)},
+        "outputs": [{"output_type": "stream", "text": [printed]}],
     }
     notebook.write_text(json.dumps({"cells": [cell]}))
+    return notebook
+
+
+def test_the_check_sees_a_rounding_digit(tmp_path):
+    notebook = one_cell_notebook(tmp_path, "max |diff| = 8.3e-17\n")
     assert small_numbers(notebook) == [(0, True, "max |diff| = 8.3e-17", 17)]
 
 
@@ -115,11 +121,5 @@ def test_cells_the_portable_run_skips_print_no_float(notebook):
 
 
 def test_the_check_sees_a_float_in_a_no_floats_cell(tmp_path):
-    notebook = tmp_path / "nb.ipynb"
-    cell = {
-        "cell_type": "code",
-        "metadata": {"tags": ["nbval-no-floats"]},
-        "outputs": [{"output_type": "stream", "text": ["3 steps\nloss 2.410\n"]}],
-    }
-    notebook.write_text(json.dumps({"cells": [cell]}))
+    notebook = one_cell_notebook(tmp_path, "3 steps\nloss 2.410\n", ["nbval-no-floats"])
     assert float_lines(notebook) == [(0, "loss 2.410")]
