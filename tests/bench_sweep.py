@@ -9,8 +9,9 @@ block stack, every width divided by 32 (``mylib.models.transformer``'s
 "Llama 3 8B": 32 blocks of 9 tensors, 291 tensors in all).
 
 Measured as ``tests/bench.py``'s DDP benchmark is: 2 gloo ranks, one thread
-each, a 25 MB cap, steps alternating between the two wrappers (which goes
-first alternates too), the median of the pairs' ratios after warm-up pairs.
+each, a 25 MB cap (the first bucket's cap too, for both: DDP's rule when
+``bucket_cap_mb`` is given), steps alternating between the two wrappers (which
+goes first alternates too), the median of the pairs' ratios after warm-up pairs.
 Beside each ratio, the ratio of the CPU time the two steps used (which the
 load of other programs does not stretch), and MyDDP's Python cost per gradient:
 the median time of one call of its gradient hook (filing the gradient, the
@@ -175,7 +176,9 @@ def _sweep(warmup, pairs, hook_steps, batch, sequences):
     for label, make, x, loss_fn in _points(batch, sequences):
         torch.manual_seed(0)
         models = {
-            "MyDDP": MyDDP(make(), bucket_cap_mb=CAP_MB),
+            # DDP's buckets: an explicit bucket_cap_mb caps DDP's first bucket too
+            # (mylib.models.buckets), where MyDDP's default first cap is 1 MB.
+            "MyDDP": MyDDP(make(), bucket_cap_mb=CAP_MB, first_bucket_cap_mb=CAP_MB),
             "DDP": nn.parallel.DistributedDataParallel(make(), bucket_cap_mb=CAP_MB),
         }
         opts = {k: torch.optim.SGD(m.parameters(), lr=1e-4) for k, m in models.items()}
@@ -198,7 +201,7 @@ def _sweep(warmup, pairs, hook_steps, batch, sequences):
         tensors = len(list(models["DDP"].parameters()))
         numel = sum(p.numel() for p in models["DDP"].parameters())
         del models, opts
-        timed = _hook_timer()(make(), bucket_cap_mb=CAP_MB)
+        timed = _hook_timer()(make(), bucket_cap_mb=CAP_MB, first_bucket_cap_mb=CAP_MB)
         opt = torch.optim.SGD(timed.parameters(), lr=1e-4)
         for i in range(warmup + hook_steps):
             if i == warmup:
