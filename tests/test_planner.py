@@ -194,6 +194,17 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
     steps, bytes_ = p.micro_steps, ps.wire_bytes(t.precision)
     k = ps.OPTIMIZER_BYTES[t.optimizer]
     step = micro_step(m, node.gpu, t)
+
+    def fsdp_step(link, reshard_after_forward):
+        """Chapter 6's timeline of one micro-step, prefetching, on ``link``."""
+        return zero3_step(
+            list(step.fsdp_layers),
+            link,
+            prefetch=True,
+            reshard_after_forward=reshard_after_forward,
+            forward_ratio=step.forward_ratio,
+        )
+
     # accumulation (chapter 2): B = m x micro-batch x sequence x GPUs
     assert p.values["run.global_batch"].value == steps * t.micro_batch * m.seq * c.ranks
     # memory (chapter 6)
@@ -255,13 +266,7 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
     assert p.costs["ZeRO-1"].step_s == pytest.approx(ddp.step_s + gather, rel=1e-12)
     # ZeRO-2 and ZeRO-3: chapter 6's timeline per micro-step, chapter 7's traffic
     for s, reshard in (("ZeRO-2", False), ("ZeRO-3", True)):
-        one = zero3_step(
-            list(step.fsdp_layers),
-            link,
-            prefetch=True,
-            reshard_after_forward=reshard,
-            forward_ratio=step.forward_ratio,
-        )
+        one = fsdp_step(link, reshard)
         assert p.costs[s].step_s == pytest.approx(steps * one.step_s, rel=1e-12)
         traffic = step_totals(
             fsdp_traffic(
@@ -291,13 +296,7 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
     # timeline of the gradient shards' all-reduce on the ring of one GPU per node
     g = c.gpus_per_node
     node_link = Link(g, *ring_alpha_beta(c.with_nodes(1), g))
-    inside = zero3_step(
-        list(step.fsdp_layers),
-        node_link,
-        prefetch=True,
-        reshard_after_forward=True,
-        forward_ratio=step.forward_ratio,
-    )
+    inside = fsdp_step(node_link, True)
     tail = 0.0
     if c.nodes > 1:
         probe = ring(c, ALL_REDUCE, 1.0, 1)
@@ -352,13 +351,8 @@ def test_every_output_is_the_chapters_function(m, node, nodes, t):
             alone / (nodes * p.costs[s].step_s), rel=1e-9
         )
     elif s in ("ZeRO-2", "ZeRO-3"):
-        alone = zero3_step(
-            list(step.fsdp_layers),
-            Link(one_node.ranks, *ring_alpha_beta(one_node, one_node.ranks)),
-            prefetch=True,
-            reshard_after_forward=s == "ZeRO-3",
-            forward_ratio=step.forward_ratio,
-        ).step_s
+        one_link = Link(one_node.ranks, *ring_alpha_beta(one_node, one_node.ranks))
+        alone = fsdp_step(one_link, s == "ZeRO-3").step_s
         assert p.values["run.scaling"].value == pytest.approx(
             steps * nodes * alone / (nodes * p.costs[s].step_s), rel=1e-12
         )

@@ -10,18 +10,11 @@ def run_torchrun(script, cwd, nproc=2, timeout=300, args=()):
 
     One thread per rank, the repository on ``PYTHONPATH`` (so ``import mylib``
     works from any folder), and torch's FutureWarnings errors there too, as in
-    the tests' own process (pyproject.toml). Returns the finished process,
+    every process a test starts (tests/conftest.py). Returns the finished process,
     output captured. Past ``timeout`` seconds every process it started is killed
     (:func:`mylib.experiments.torchrun.run_torchrun`).
     """
-    return torchrun.run_torchrun(
-        script,
-        nproc,
-        args,
-        cwd=cwd,
-        timeout_s=timeout,
-        env={"PYTHONWARNINGS": "error::FutureWarning"},
-    )
+    return torchrun.run_torchrun(script, nproc, args, cwd=cwd, timeout_s=timeout)
 
 
 def left_behind(text):

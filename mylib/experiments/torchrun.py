@@ -29,13 +29,12 @@ def worker_env(**extra):
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **extra}
 
 
-def run_torchrun(script, nproc=2, args=(), cwd=None, timeout_s=300, env=None):
+def run_torchrun(script, nproc=2, args=(), cwd=None, timeout_s=300):
     """``torchrun --standalone --nproc-per-node=nproc script *args`` in ``cwd``.
 
     Returns the finished ``subprocess.CompletedProcess``, output captured as
     text. Past ``timeout_s`` seconds ``torchrun`` and every process it started
-    are killed, and ``subprocess.TimeoutExpired`` is raised. ``env``: variables
-    added to :func:`worker_env`'s.
+    are killed, and ``subprocess.TimeoutExpired`` is raised.
     """
     script = str(script)
     command = [torchrun_path(), "--standalone", f"--nproc-per-node={nproc}", script]
@@ -43,7 +42,7 @@ def run_torchrun(script, nproc=2, args=(), cwd=None, timeout_s=300, env=None):
     proc = subprocess.Popen(
         command,
         cwd=cwd,
-        env=worker_env(**(env or {})),
+        env=worker_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -228,6 +228,27 @@ def choices(name, label, values, default, fmt="{:g}"):
     return dict(name=name, label=label, options=options, default=default)
 
 
+def node_sliders(nics_per_node):
+    """The four sliders of a cluster's nodes, with ``nics_per_node`` NICs by default.
+
+    GPUs per node, NICs per node, a NIC's and a GPU's NVLink rate each way (GB/s):
+    what :class:`mylib.models.cluster.Cluster` takes. Chapters 6 and 7's figures
+    share them.
+    """
+    return [
+        choices("gpus_per_node", "GPUs per node", (1, 2, 4, 8), 8),
+        choices("nics_per_node", "NICs per node", (1, 2, 4, 8), nics_per_node),
+        choices("nic_gb_s", "NIC, each way", (12.5, 25, 50, 100), 50, "{:g} GB/s"),
+        choices(
+            "nvlink_gb_s",
+            "NVLink per GPU, each way",
+            (160, 240, 360, 720),
+            360,
+            "{:g} GB/s",
+        ),
+    ]
+
+
 def settings(sliders, values):
     """The values a figure draws with: each slider's default, then ``values``.
 

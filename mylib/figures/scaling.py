@@ -26,7 +26,7 @@ reader's browser.
 import functools
 import math
 
-from mylib.figures.livefig import choices, settings, steps
+from mylib.figures.livefig import choices, node_sliders, settings, steps
 from mylib.figures.svg import PALETTE, Axes, Svg, caption_lines, format_seconds
 from mylib.models.buckets import MB
 from mylib.models.cluster import GB, Cluster, ring_alpha_beta
@@ -530,16 +530,7 @@ SCALING_SLIDERS = [
     choices("global_batch", "global batch", (256, 512, 1024, 2048, 4096), 1024),
     steps("backward_ms_per_sample", "backward per sample", 5.0, 200.0, 5.0, 50.0, "ms"),
     steps("grad_gb", "gradients", 0.5, 40.0, 0.5, 14.0, "GB"),
-    choices("gpus_per_node", "GPUs per node", (1, 2, 4, 8), 8),
-    choices("nics_per_node", "NICs per node", (1, 2, 4, 8), 8),
-    choices("nic_gb_s", "NIC, each way", (12.5, 25, 50, 100), 50, "{:g} GB/s"),
-    choices(
-        "nvlink_gb_s",
-        "NVLink per GPU, each way",
-        (160, 240, 360, 720),
-        360,
-        "{:g} GB/s",
-    ),
+    *node_sliders(nics_per_node=8),
     steps("alpha_us", "latency \u03b1 per ring step", 0.0, 50.0, 1.0, 5.0, "\u00b5s"),
     choices("bucket_cap_mb", "bucket cap", (1, 5, 25, 100, 400), 25, "{:g} MiB"),
 ]

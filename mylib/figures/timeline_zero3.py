@@ -16,7 +16,7 @@ NICs together, inside one node at NVLink's rate. One GPU and one NIC per node
 is chapter 1's flat link. Standard library only (Pyodide).
 """
 
-from mylib.figures.livefig import choices, steps
+from mylib.figures.livefig import choices, node_sliders, steps
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.figures.timeline import (
     LANE_H,
@@ -264,14 +264,5 @@ ZERO3_TIMELINE_SLIDERS = [
     ),
     steps("backward_ms_per_layer", "backward per layer", 1.0, 40.0, 1.0, 10.0, "ms"),
     choices("ranks", "ranks", (2, 4, 8, 16, 32, 64, 128, 256), 32),
-    choices("gpus_per_node", "GPUs per node", (1, 2, 4, 8), 8),
-    choices("nics_per_node", "NICs per node", (1, 2, 4, 8), 1),
-    choices("nic_gb_s", "NIC, each way", (12.5, 25, 50, 100), 50, "{:g} GB/s"),
-    choices(
-        "nvlink_gb_s",
-        "NVLink per GPU, each way",
-        (160, 240, 360, 720),
-        360,
-        "{:g} GB/s",
-    ),
+    *node_sliders(nics_per_node=1),
 ]
