@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 
@@ -99,6 +100,7 @@ class Server:
 
     def __init__(self, preload=()):
         self.preload = tuple(preload)
+        self._sending = threading.Lock()  # grades on several threads share it
         ours, theirs = socket.socketpair()
         self.ctl = ours
         self.proc = subprocess.Popen(
@@ -112,7 +114,8 @@ class Server:
 
     def start_job(self, job):
         ours, theirs = socket.socketpair()
-        socket.send_fds(self.ctl, [json.dumps(job).encode()], [theirs.fileno()])
+        with self._sending:
+            socket.send_fds(self.ctl, [json.dumps(job).encode()], [theirs.fileno()])
         theirs.close()
         return ours
 

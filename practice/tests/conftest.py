@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
+import types
 
 import pytest
 
@@ -25,7 +26,7 @@ PRACTICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PRACTICE_DIR not in sys.path:
     sys.path.insert(0, PRACTICE_DIR)
 
-from _judge import catalog  # noqa: E402
+from _judge import catalog, sandbox  # noqa: E402
 from _judge.sandbox import grade_file  # noqa: E402
 
 # Two at a time: the machine has 2 cores, and rank exercises spend much of their time
@@ -52,6 +53,32 @@ def grade_everything(exercises):
 @pytest.fixture(scope="session")
 def exercises():
     return catalog.load_exercises()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_fork_server(exercises):
+    """One fork server for every grade of the session, as ``judge.py``'s grading
+    service is for a reader's grades: torch is imported once, not once a grade.
+
+    ``grade_file`` starts a server of its own when given none; here it gets this
+    one, which a grade does not close.
+    """
+    shared = sandbox.Server(sandbox.preload_for(exercises))
+    server_per_grade = sandbox.Server
+
+    def server_for_a_grade(preload=()):
+        if not set(preload) <= set(shared.preload):
+            return server_per_grade(preload)
+        return types.SimpleNamespace(
+            preload=shared.preload, start_job=shared.start_job, close=lambda: None
+        )
+
+    sandbox.Server = server_for_a_grade
+    try:
+        yield shared
+    finally:
+        sandbox.Server = server_per_grade
+        shared.close()
 
 
 @pytest.fixture(scope="session")
