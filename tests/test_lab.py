@@ -141,14 +141,35 @@ def jupyter_lab(root_dir, ipython_dir=None):
 def lab(tmp_path_factory, chromium):
     """One JupyterLab on ``make lab``'s copies, and Chromium: ``(url, chromium, root)``.
 
-    Starting JupyterLab takes seconds; the tests share one, each in a browser
-    context and a workspace of its own (``?reset``), shutting its kernel down.
+    Starting JupyterLab takes seconds; the tests share one. The chapters' first
+    looks share one page too (``lab_tab``), a notebook open at a time; the run of
+    chapter 3 has a browser context and a workspace of its own (``?reset``). Each
+    test shuts its kernel down.
     """
     root = tmp_path_factory.mktemp("lab")
     _, _, problems = lab_copies.build(fresh=True, dest=str(root))
     assert not problems, "\n".join(problems)
     with jupyter_lab(root, ipython_dir=root / ".ipython") as url:
         yield url, chromium, root
+
+
+@pytest.fixture(scope="module")
+def lab_tab(lab):
+    """One JupyterLab page for the chapters' first looks, a notebook at a time.
+
+    Loading JupyterLab costs a browser seconds of CPU; opening one more notebook in
+    it, a fraction of that.
+    """
+    url, chromium, root = lab
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{url}/lab?reset")
+        page.wait_for_function("() => window.jupyterapp", timeout=120_000)
+        page.evaluate("async () => { await window.jupyterapp.restored; }")
+        yield page
+    finally:
+        context.close()
 
 
 def shut_kernel_down(page):
@@ -160,6 +181,11 @@ def shut_kernel_down(page):
 def open_notebook(page, url, name):
     """Open ``notebooks/name`` alone (a fresh workspace); wait for its kernel."""
     page.goto(f"{url}/lab/tree/notebooks/{name}?reset")
+    wait_for_kernel(page)
+
+
+def wait_for_kernel(page):
+    """Until the current notebook is loaded and has its kernel."""
     page.wait_for_function(
         "() => window.jupyterapp && window.jupyterapp.shell.currentWidget "
         "&& window.jupyterapp.shell.currentWidget.context "
@@ -170,6 +196,19 @@ def open_notebook(page, url, name):
         "() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel",
         timeout=120_000,
     )
+
+
+def open_alone(page, name):
+    """Close what is open, open ``notebooks/name``; wait for its kernel."""
+    page.evaluate(
+        """async (path) => {
+            const app = window.jupyterapp;
+            await app.commands.execute('application:close-all');
+            await app.commands.execute('docmanager:open', {path});
+        }""",
+        f"notebooks/{name}",
+    )
+    wait_for_kernel(page)
 
 
 def stored_pictures(notebook):
@@ -279,25 +318,21 @@ def check_links(page, notebook, root):
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
-def test_chapter_shows_the_book_before_any_cell_runs(lab, notebook):
+def test_chapter_shows_the_book_before_any_cell_runs(lab, lab_tab, notebook):
     url, chromium, root = lab
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    try:
-        open_notebook(page, url, notebook.name)
-        page.wait_for_function(
-            "() => window.jupyterapp.shell.currentWidget.sessionContext"
-            ".session.kernel.status === 'idle'",
-            timeout=60_000,
-        )
-        page.wait_for_timeout(2000)  # kernel info applied, Markdown rendered
-        look = page.evaluate(LOOK_JS)
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / f"lab_{notebook.stem}.png"))
-        shut_kernel_down(page)
-        check_links(page, notebook, root)
-    finally:
-        context.close()
+    page = lab_tab
+    open_alone(page, notebook.name)
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext"
+        ".session.kernel.status === 'idle'",
+        timeout=60_000,
+    )
+    page.wait_for_timeout(2000)  # kernel info applied, Markdown rendered
+    look = page.evaluate(LOOK_JS)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"lab_{notebook.stem}.png"))
+    shut_kernel_down(page)
+    check_links(page, notebook, root)
     name = notebook.name
     assert not look["dirty"], (
         f"{name}: JupyterLab marks it modified on opening (kernelspec or format "
