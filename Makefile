@@ -68,15 +68,15 @@ book: $(STAMP) $(VENDOR)
 	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000  (then http://127.0.0.1:8000)"
 
 # The stages of `make test`, in order; it stops at the first that fails, and
-# prints how long each took. Two cores: the library's tests and the judge's share
-# nothing and run side by side ("+"), and the pytest stages that run many short,
-# independent files spread them over two workers (-n 2; a file stays on one worker,
-# so its module fixtures are made once). The browser's visits wait on pages much of
-# their time, so they run beside the notebooks' portable run; the site they visit is
-# built first (from the stored outputs, which test-notebooks then proves current).
-# tests/run_stages.sh runs the list.
-TEST_STAGES := lint test-budget test-book test-unit+test-practice test-notebooks \
-  test-portable+test-browser
+# prints how long each took. Two cores: the browser's visits (on the site, built
+# first from the stored outputs, which test-notebooks then proves current) wait on
+# pages much of their time and use about one core, so they run in the background
+# ("&") beside every later stage; the library's tests and the judge's share nothing
+# and run side by side ("+"); the pytest stages that run many short, independent
+# files spread them over two workers (-n 2; a file stays on one worker, so its
+# module fixtures are made once). tests/run_stages.sh runs the list.
+TEST_STAGES := lint test-budget test-book &test-browser test-unit+test-practice \
+  test-notebooks test-portable
 
 test: $(STAMP) $(VENDOR)
 	@MAKE="$(MAKE)" bash tests/run_stages.sh $(TEST_STAGES)
