@@ -75,7 +75,7 @@ book: $(STAMP) $(VENDOR)
 # and run side by side ("+"); the pytest stages that run many short, independent
 # files spread them over two workers (-n 2; a file stays on one worker, so its
 # module fixtures are made once). tests/run_stages.sh runs the list.
-TEST_STAGES := lint test-budget test-book &test-browser test-unit+test-practice \
+TEST_STAGES := lint test-budget test-book bg:test-browser test-unit+test-practice \
   test-notebooks test-portable
 
 test: $(STAMP) $(VENDOR)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # make test's stages, in order: "a+b" runs stages a and b side by side (they share
 # nothing: the library's tests and the judge's, say), each into a log of its own that
-# is printed whole once all are done. "&a" starts stage a in the background, beside
+# is printed whole once all are done. "bg:a" starts stage a in the background, beside
 # every later step (the browser's visits, which wait on pages much of their time and
 # use about one core): its log is printed, and its status counted, at the end.
 # Stops at the first step that fails (a background stage still running is stopped
 # then); prints how long each stage took (one that ran beside others: from the
 # step's start to its end).
-#   usage: tests/run_stages.sh lint &test-browser test-unit+test-practice ...
+#   usage: tests/run_stages.sh lint bg:test-browser test-unit+test-practice ...
 set -u
 make=${MAKE:-make}
 logs=$(mktemp -d)
@@ -42,8 +42,8 @@ print_logged() {  # print stage $1's log; add its time since $2 to the times
 for step in "$@"; do
   start=$(date +%s)
   status=0
-  if [ "${step:0:1}" = "&" ]; then
-    part=${step:1}
+  if [ "${step:0:3}" = "bg:" ]; then
+    part=${step:3}
     echo "make test: $part runs in the background, beside the stages after it (its log follows at the end)"
     setsid bash -c "$(declare -f run_logged); make='$make' logs='$logs'; run_logged $part" &
     echo $! > "$logs/$part.pid"
