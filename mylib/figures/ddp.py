@@ -6,8 +6,9 @@ state: filling, queued, all-reducing, done. Standard library only: the
 static site runs this file in the reader's browser.
 """
 
+from mylib.figures.spans import span_fill
 from mylib.figures.svg import PALETTE, Svg
-from mylib.figures.timeline import LANE_GAP, LANE_H, LEFT, layer_shader, span_fill
+from mylib.figures.timeline import LANE_GAP, LANE_H, LEFT, layer_shader
 
 STRIP_CAPTIONS = (
     "1. forward",

@@ -103,11 +103,15 @@ def _link(gpus_per_node, nics_per_node, nic_gb_s, nvlink_gb_s, alpha_us, bucket_
     return cluster, bucket_cap_mb * MB
 
 
+@functools.lru_cache(maxsize=8)
 def _layers(global_batch, backward_ms_per_sample, grad_gb):
+    """``(layers, forward_s)``; remembered, as a redraw asks up to three times.
+
+    The layers come as a tuple: shared, they are never changed.
+    """
     backward_s = global_batch * backward_ms_per_sample * 1e-3
-    return transformer_like_layers(
-        grad_gb * 1e9, backward_s
-    ), FORWARD_PER_BACKWARD * backward_s
+    layers = tuple(transformer_like_layers(grad_gb * 1e9, backward_s))
+    return layers, FORWARD_PER_BACKWARD * backward_s
 
 
 RANK_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -94,13 +94,6 @@ class Svg:
         self.label = label
         self.parts = []
 
-    def _element(self, tag, attrs, title=None, body=None):
-        inner = (f"<title>{escape(title)}</title>" if title else "") + (body or "")
-        if inner:
-            self.parts.append(f"<{tag}{_attrs(attrs)}>{inner}</{tag}>")
-        else:
-            self.parts.append(f"<{tag}{_attrs(attrs)}/>")
-
     def rect(self, x, y, width, height, *, fill, title=None, **attrs):
         """A filled rectangle (zero or negative widths are drawn as nothing)."""
         if width <= 0 or height <= 0:
@@ -119,17 +112,11 @@ class Svg:
 
     def line(self, x1, y1, x2, y2, *, stroke=PALETTE["muted"], stroke_width=1, **attrs):
         """A straight line."""
-        self._element(
-            "line",
-            {
-                "x1": float(x1),
-                "y1": float(y1),
-                "x2": float(x2),
-                "y2": float(y2),
-                "stroke": stroke,
-                "stroke_width": stroke_width,
-                **attrs,
-            },
+        # written directly, as rect: a live figure redraws dozens of lines and texts
+        self.parts.append(
+            f'<line x1="{_num(float(x1))}" y1="{_num(float(y1))}" '
+            f'x2="{_num(float(x2))}" y2="{_num(float(y2))}" stroke="{stroke}" '
+            f'stroke-width="{stroke_width}"' + (_attrs(attrs) if attrs else "") + "/>"
         )
 
     def text(
@@ -148,18 +135,13 @@ class Svg:
 
         ``anchor`` says which: ``"start"``, ``"middle"`` or ``"end"``.
         """
-        self._element(
-            "text",
-            {
-                "x": float(x),
-                "y": float(y),
-                "font_size": size or self.font_size,
-                "text_anchor": anchor,
-                "font_weight": weight,
-                "fill": fill,
-                **attrs,
-            },
-            body=escape(str(content)),
+        self.parts.append(
+            f'<text x="{_num(float(x))}" y="{_num(float(y))}" '
+            f'font-size="{size or self.font_size}" text-anchor="{anchor}"'
+            + (f' font-weight="{weight}"' if weight else "")
+            + _fill_attr(fill)
+            + (_attrs(attrs) if attrs else "")
+            + f">{_escape(str(content))}</text>"
         )
 
     def raw(self, markup):

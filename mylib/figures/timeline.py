@@ -11,30 +11,27 @@ communication, overlap, buckets. Each number also sits in the SVG as
 (sliders: :data:`BUCKETING_SLIDERS`): three timelines of one step of a stack
 of transformer blocks: one all-reduce after the backward, one per parameter,
 and DDP's buckets. Other chapters draw their own timelines with
-:func:`draw_timelines`, or with its pieces (:func:`draw_lane`, :func:`draw_box`,
-:func:`frame_exposed`, :func:`draw_numbers`, :func:`swatch`). Standard library
-only (it runs under Pyodide).
+:func:`draw_timelines`, or with its pieces (:func:`draw_lane`,
+:mod:`mylib.figures.spans`, :func:`frame_exposed`, :func:`draw_numbers`,
+:func:`swatch`). Standard library only (it runs under Pyodide).
 """
 
 import functools
 
 from mylib.figures.livefig import choices, settings, steps
+from mylib.figures.spans import (
+    LANE_H,
+    draw_boxes,
+    lane_markup,
+    span_boxes,
+)
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
 from mylib.models.layers import BLOCK_BYTES, transformer_blocks
 
-LANE_H, LANE_GAP, TITLE_H, BLOCK_GAP = 16, 4, 18, 14
+LANE_GAP, TITLE_H, BLOCK_GAP = 4, 18, 14
 LEFT, PANEL_W, AXIS_H = 70, 160, 52
-
-
-def span_fill(span, index):
-    """Alternate two shades per lane so neighbouring layers and buckets stand apart."""
-    if span.kind == "allreduce":
-        return PALETTE["comm"] if index % 2 == 0 else PALETTE["comm_alt"]
-    if span.kind == "backward":
-        return PALETTE["compute"] if index % 2 == 0 else "#6baed6"
-    return PALETTE.get(span.kind, PALETTE["idle"])
 
 
 def layer_shader():
@@ -54,18 +51,6 @@ def layer_shader():
     return shade
 
 
-def _tooltip(span):
-    what = (
-        f"{span.label}: {span.kind}"
-        if span.label and span.label != span.kind
-        else span.kind
-    )
-    size = f", {span.nbytes / MB:.3g} MB" if span.nbytes else ""
-    return (
-        f"{what}{size}, {format_seconds(span.start_s)} to {format_seconds(span.end_s)}"
-    )
-
-
 def _metric_lines(timeline):
     # four digits for the step: two caps a figure is asked to tell apart can end
     # 0.1% apart (chapter 3's exercise: 2.153 s against 2.150 s)
@@ -77,11 +62,6 @@ def _metric_lines(timeline):
     ]
 
 
-# spans narrower than this are drawn together: a redraw stays fast, and the
-# picture is the same
-MIN_PX = 1.5
-
-
 class TimeScale:
     """Seconds to x: ``left + width * t / t_max`` (a drawing's time axis)."""
 
@@ -90,63 +70,6 @@ class TimeScale:
 
     def __call__(self, t):
         return self.left + self.width * t / self.t_max
-
-
-def _boxes(spans, x_of, t0):
-    """Group a lane's spans into boxes to draw: ``(x0, x1, fill, tooltip)``.
-
-    ``spans`` are one lane's; ``x_of`` is a :class:`TimeScale`. Neighbouring
-    spans of one layer (same shade) become one box; runs of spans too narrow
-    to see apart become one box in the lane's colour.
-    """
-    # hot: a redraw walks every span of every lane, so x_of is inlined here,
-    # with the same arithmetic
-    left, width, t_max = x_of.left, x_of.width, x_of.t_max
-    # a box: [x0, x1, fill, group, n spans, first span, end_s, nbytes, last label]
-    boxes, last, last_group, shade = [], None, None, -1
-    for span in spans:
-        group = span.label.partition(".")[0]
-        if group != last_group:  # as layer_shader(): one lane here
-            shade += 1
-            last_group = group
-        x0 = left + width * (span.start_s - t0) / t_max
-        x1 = left + width * (span.end_s - t0) / t_max
-        fill = span_fill(span, shade)
-        if last is not None and x0 - last[1] < 0.5:
-            same_layer = last[3] == group and last[2] == fill
-            if same_layer or (
-                x1 - x0 < MIN_PX and last[1] - last[0] < MIN_PX * last[4]
-            ):
-                if not same_layer:
-                    last[2] = (
-                        PALETTE["comm"]
-                        if span.kind == "allreduce"
-                        else PALETTE["compute"]
-                    )
-                if x1 > last[1]:
-                    last[1] = x1
-                last[4] += 1
-                last[6], last[8] = span.end_s, span.label
-                last[7] += span.nbytes
-                continue
-        last = [x0, x1, fill, group, 1, span, span.end_s, span.nbytes, span.label]
-        boxes.append(last)
-    out = []
-    for x0, x1, fill, _, n, first, end_s, nbytes, last_label in boxes:
-        if n == 1:
-            tip = _tooltip(first)
-        else:
-            label = group_label = first.label.partition(".")[0]
-            if label != last_label.partition(".")[0]:
-                group_label = f"{label} to {last_label.partition('.')[0]}"
-            size = f", {nbytes / MB:.3g} MB" if nbytes else ""
-            tip = (
-                f"{group_label}: {n} {first.kind} spans{size}, "
-                f"{format_seconds(first.start_s - t0)} to "
-                f"{format_seconds(end_s - t0)}"
-            )
-        out.append((x0, x1, fill, tip))
-    return out
 
 
 # -- the pieces every timeline figure draws with (chapters 3 to 6) ------------
@@ -166,11 +89,6 @@ def draw_lane(fig, lane, y, x0, x1, left=LEFT):
     fig.text(
         left - 6, y + LANE_H - 4, lane, anchor="end", size=11, fill=PALETTE["muted"]
     )
-
-
-def draw_box(fig, x0, x1, y, fill, title, **attrs):
-    """A span's box in the lane at height ``y``, at least 0.6 px wide to be seen."""
-    fig.rect(x0, y, max(x1 - x0, 0.6), LANE_H, fill=fill, title=title, **attrs)
 
 
 def frame_exposed(fig, x0, x1, y, title):
@@ -237,8 +155,9 @@ def _draw_lanes(fig, timeline, y, x_of, laid_out):
     """Draw a timeline's lanes, its row's title at ``y``; returns each lane's height.
 
     ``laid_out`` maps the lanes already laid out in this drawing to their
-    boxes, by the identity of their spans: model timelines that compute alike
-    share their compute spans (:func:`mylib.models.playout._compute_spans`).
+    markup, by the identity of their spans: model timelines that compute alike
+    share their compute spans (:func:`mylib.models.playout._compute_spans`), and
+    a lane's markup does not depend on its height (its ``<g>`` moves it).
     """
     lane_y = lane_heights(timeline.lanes, y)
     for lane, ly in lane_y.items():
@@ -246,9 +165,9 @@ def _draw_lanes(fig, timeline, y, x_of, laid_out):
         spans = [s for s in timeline.spans if s.lane == lane]
         key = (timeline.start_s, *map(id, spans))  # the spans live till the end
         if key not in laid_out:
-            laid_out[key] = _boxes(spans, x_of, timeline.start_s)
-        for x0, x1, fill, tip in laid_out[key]:
-            draw_box(fig, x0, x1, ly, fill, tip)
+            t0 = timeline.start_s
+            laid_out[key] = lane_markup(span_boxes(spans, x_of, t0), t0=t0)
+        draw_boxes(fig, laid_out[key], ly)
     return lane_y
 
 

@@ -8,18 +8,17 @@ framed in red. Standard library only: it runs in the reader's browser.
 """
 
 from mylib.figures.livefig import choices, settings, steps
+from mylib.figures.spans import box, draw_boxes, lane_markup, paint, span_fill
 from mylib.figures.svg import PALETTE, Svg, format_bytes, format_seconds, time_axis
 from mylib.figures.timeline import (
     LANE_GAP,
     LANE_H,
     bandwidth_choices,
-    draw_box,
     draw_lane,
     draw_numbers,
     frame_exposed,
     lane_heights,
     panel_numbers,
-    span_fill,
 )
 from mylib.models import timeline as tl
 from mylib.models.buckets import MB
@@ -36,19 +35,11 @@ def _draw_row(fig, timeline, k, y, x_of, width):
     lane_y = lane_heights(timeline.lanes, y)
     for lane, ly in lane_y.items():
         draw_lane(fig, lane, ly, x_of(0), x_of(timeline.step_s), LEFT)
-    counters = {}
-    for span in timeline.spans:
-        i = counters[span.lane] = counters.get(span.lane, -1) + 1
-        size = f", {span.nbytes / MB:.3g} MB" if span.nbytes else ""
-        draw_box(
-            fig,
-            x_of(span.start_s),
-            x_of(span.end_s),
-            lane_y[span.lane],
-            span_fill(span, i),
-            f"{span.label}: {span.kind}{size}, {format_seconds(span.start_s)} "
-            f"to {format_seconds(span.end_s)}",
-        )
+        boxes = [
+            box(x_of(span.start_s), x_of(span.end_s), paint(span_fill(span, i)), span)
+            for i, span in enumerate(s for s in timeline.spans if s.lane == lane)
+        ]
+        draw_boxes(fig, lane_markup(boxes), ly)
     # Each micro-step's exposed tail: from the end of its backward to the end of
     # its last all-reduce.
     ends = timeline.micro_starts_s[1:] + [timeline.step_s]

@@ -16,12 +16,14 @@ NICs together, inside one node at NVLink's rate. One GPU and one NIC per node
 is chapter 1's flat link. Standard library only (Pyodide).
 """
 
+import functools
+
 from mylib.figures.livefig import choices, node_sliders, steps
+from mylib.figures.spans import box, draw_boxes, lane_markup, paint
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.figures.timeline import (
     LANE_H,
     TimeScale,
-    draw_box,
     draw_lane,
     draw_numbers,
     lane_heights,
@@ -51,6 +53,20 @@ FILLS = {
 }
 # what one rank sends: share x (n-1)/n x buffer bytes, with the ring algorithms
 SENT_SHARE = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}
+
+
+@functools.lru_cache(maxsize=32)
+def _paint(kind, lighter):
+    """A box's paint, by its span's kind and whether it is the lighter of two."""
+    return paint(FILLS.get(kind, PALETTE["idle"]), 0.75 if lighter else None)
+
+
+def _span_tip(box_, t0=0.0):
+    span = box_[4]
+    return (
+        f"{span.label or span.kind}: {format_seconds(span.start_s)} "
+        f"to {format_seconds(span.end_s)}"
+    )
 
 
 def row_numbers(timeline, ranks, model_bytes):
@@ -196,23 +212,17 @@ def zero3_timeline_figure(
 
     x_of = TimeScale(LEFT, plot_w, t_max)
     time_axis(fig, x_of, t_max, top, height - 52, height - 40)
-    every_other = {"opacity": 0.75}  # neighbouring boxes stand apart
     for k, row in enumerate(rows):
         y = top + k * ROW_H
         fig.text(LEFT, y + 12, row.name, size=12, weight="bold")
         for lane, ly in lane_heights((tl.COMPUTE, tl.COMM), y).items():
             draw_lane(fig, lane, ly, x_of(0), x_of(row.step_s), LEFT)
-            for i, s in enumerate(x for x in row.spans if x.lane == lane):
-                draw_box(
-                    fig,
-                    x_of(s.start_s),
-                    x_of(s.end_s),
-                    ly,
-                    FILLS.get(s.kind, PALETTE["idle"]),
-                    f"{s.label or s.kind}: {format_seconds(s.start_s)} "
-                    f"to {format_seconds(s.end_s)}",
-                    **(every_other if i % 2 else {}),
-                )
+            boxes = [
+                # every other box lighter: neighbouring boxes stand apart
+                box(x_of(s.start_s), x_of(s.end_s), _paint(s.kind, i % 2), s)
+                for i, s in enumerate(x for x in row.spans if x.lane == lane)
+            ]
+            draw_boxes(fig, lane_markup(boxes, _span_tip), ly)
             if lane == tl.COMPUTE:
                 for a, b in _idle(row.spans, row.step_s):
                     fig.rect(

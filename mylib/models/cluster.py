@@ -40,6 +40,7 @@ Standard library only: the book's figures run it in the browser, and the
 planner of "Plan your run" calls it.
 """
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -284,6 +285,9 @@ def ring(cluster, op, nbytes, gpus_per_group=None):
     return _cost(group, op, "ring", nbytes, latency, nvlink, nic, gpu, node)
 
 
+# Remembered: a figure asks again for every rank count at each redraw (chapter 7's
+# scan for the communication-bound point); clusters are frozen, results floats.
+@functools.lru_cache(maxsize=4096, typed=True)
 def ring_alpha_beta(cluster, ranks):
     """The chapter-1 ring that prices an all-reduce on ``ranks`` GPUs of ``cluster``.
 

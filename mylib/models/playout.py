@@ -10,9 +10,13 @@ Standard library only: it runs in the reader's browser (Pyodide).
 """
 
 import functools
+from itertools import accumulate, chain
+from operator import attrgetter
 
-from mylib.models.spans import COMM, COMPUTE, Span, Timeline, _summary
+from mylib.models.spans import COMM, COMPUTE, Span, Timeline, _summary_of
 
+_BACKWARD_S = attrgetter("backward_s")
+_PARAM_BYTES = attrgetter("param_bytes")
 _INF = float("inf")
 
 
@@ -51,45 +55,67 @@ def _play_in_turn(
 
     The layers then run back to back, and bucket k's all-reduce starts at
     ``max(ready_k, end_{k-1})``: when its last gradient is ready (or the
-    backward ends, with ``launch_at_end``) and the link is free.
+    backward ends, with ``launch_at_end``) and the link is free. The
+    all-reduces are then in time order and never overlap: the link's busy
+    and hidden times add up as they are laid out (an all-reduce of 0 s adds
+    0), as ``spans._busy_and_hidden`` would count them. Spans are made only
+    when asked for: a figure that plots the numbers of many steps (chapter 7
+    plays 22 per redraw) never makes one.
     """
-    compute, t = [], 0.0  # (kind, start, end, label)
-    if forward_s > 0:
-        compute.append(("forward", 0.0, forward_s, "forward"))
-        t = forward_s
-    ready_of_param = []  # when each gradient is ready: its layer's end
-    for layer in layers:
-        start, t = t, t + layer.backward_s
-        compute.append(("backward", start, t, layer.name))
-        ready_of_param.extend([t] * len(layer.param_bytes))
-    backward_end = t
-    sizes = tuple(b for layer in layers for b in layer.param_bytes)
-    last_params, nbytes_of = _bucket_totals(sizes, buckets)
-    seconds = {}  # buckets of one size take as long: one cost-model call per size
-    comm, ready_at = [], []  # each all-reduce's (start, end); when it was ready
-    link_free = t if not buckets else 0.0
-    for k, nbytes in enumerate(nbytes_of):
-        ready = backward_end if launch_at_end else ready_of_param[last_params[k]]
-        if nbytes not in seconds:
-            seconds[nbytes] = link.allreduce_s(nbytes)
+    t = forward_s if forward_s > 0 else 0.0
+    ends = list(accumulate(map(_BACKWARD_S, layers), initial=t))  # ends[i + 1]: layer i
+    backward_end = ends[-1]
+    counts = tuple(map(len, map(_PARAM_BYTES, layers)))
+    sizes = tuple(chain.from_iterable(map(_PARAM_BYTES, layers)))
+    layer_of_bucket, nbytes_of, distinct = _bucket_totals(counts, sizes, buckets)
+    # buckets of one size take as long: one cost-model call per size
+    seconds = {nbytes: link.allreduce_s(nbytes) for nbytes in distinct}
+    if launch_at_end:
+        ready_at = [backward_end] * len(buckets)
+    else:
+        ready_at = [ends[i + 1] for i in layer_of_bucket]
+    durations = tuple(map(seconds.__getitem__, nbytes_of))
+    link_free = backward_end if not buckets else 0.0
+    busy = hidden = 0.0  # as _laid_out lays them out, without keeping them
+    for ready, seconds_k in zip(ready_at, durations):
         start = ready if ready > link_free else link_free
-        link_free = start + seconds[nbytes]
-        comm.append((start, link_free))
-        ready_at.append(ready)
+        link_free = start + seconds_k
+        busy += link_free - start
+        if start < backward_end:
+            hidden += (link_free if link_free < backward_end else backward_end) - start
     t = max(backward_end, link_free)
-    if optimizer_s > 0:
-        compute.append(("optimizer", t, t + optimizer_s, "optimizer"))
 
     def make_spans():
+        compute = [("forward", 0.0, forward_s, "forward")] if forward_s > 0 else []
+        compute += [
+            ("backward", ends[i], ends[i + 1], layer.name)
+            for i, layer in enumerate(layers)
+        ]
+        if optimizer_s > 0:
+            compute.append(("optimizer", t, t + optimizer_s, "optimizer"))
         return _compute_spans(tuple(compute)) + [
             Span(COMM, "allreduce", start, end, f"b{k}", k, nbytes_of[k], ready_at[k])
-            for k, (start, end) in enumerate(comm)
+            for k, (start, end) in enumerate(_laid_out(ready_at, durations))
         ]
 
-    # in bucket order the all-reduces are in time order and never overlap
     last_end = t + optimizer_s if optimizer_s > 0 else t
-    summary = _summary(0.0, last_end, backward_end, link_free, comm)
+    summary = _summary_of(
+        0.0, last_end, backward_end, link_free, len(buckets), busy, hidden
+    )
     return Timeline.played(make_spans, summary, name=name, buckets=buckets)
+
+
+def _laid_out(ready_at, durations):
+    """Each all-reduce's ``(start, end)``: when it is ready and the link is free.
+
+    The loop of :func:`_play_in_turn`, which adds up the same times.
+    """
+    comm, link_free = [], 0.0
+    for ready, seconds_k in zip(ready_at, durations):
+        start = ready if ready > link_free else link_free
+        link_free = start + seconds_k
+        comm.append((start, link_free))
+    return comm
 
 
 @functools.lru_cache(maxsize=8)
@@ -105,15 +131,19 @@ def _compute_spans(compute):
 
 
 @functools.lru_cache(maxsize=64)
-def _bucket_totals(sizes, buckets):
-    """Each bucket's last gradient (the one it waits for) and its bytes.
+def _bucket_totals(counts, sizes, buckets):
+    """Each bucket's last layer (the one it waits for), its bytes, and their sizes.
 
+    ``counts``: each layer's number of gradients; ``sizes``: their bytes.
     Remembered, as the buckets are (``timeline._assign``): the steps of one
-    figure share them.
+    figure, and of one figure's redraws, share them.
     """
+    layer_of_param = [i for i, count in enumerate(counts) for _ in range(count)]
+    nbytes_of = tuple(sum(map(sizes.__getitem__, bucket)) for bucket in buckets)
     return (
-        tuple(max(bucket) for bucket in buckets),
-        tuple(sum(map(sizes.__getitem__, bucket)) for bucket in buckets),
+        tuple(layer_of_param[max(bucket)] for bucket in buckets),
+        nbytes_of,
+        tuple(dict.fromkeys(nbytes_of)),
     )
 
 

@@ -31,10 +31,12 @@ Standard library only: it runs in the reader's browser behind the chapter's
 sliders (:mod:`mylib.figures.scaling`).
 """
 
-from mylib.models.buckets import MB, assign_buckets
+import functools
+
+from mylib.models.buckets import MB
 from mylib.models.cluster import ring_alpha_beta
 from mylib.models.costmodel import ring_all_reduce_time
-from mylib.models.timeline import Layer, Link, simulate
+from mylib.models.timeline import Layer, Link, _assign, simulate
 
 STRONG = "strong"  # fixed global batch: each rank computes B / n samples
 WEAK = "weak"  # fixed batch per rank: the global batch grows with n
@@ -108,10 +110,7 @@ def per_rank_layers(layers, ranks, mode=STRONG, cores=None):
     every rank holds and all-reduces the whole gradient.
     """
     factor = compute_factor(ranks, mode, cores)
-    return [
-        Layer(layer.name, layer.backward_s * factor, layer.param_bytes)
-        for layer in layers
-    ]
+    return [layer.scaled(factor) for layer in layers]
 
 
 def scaled_step(
@@ -139,8 +138,10 @@ def scaled_step(
     """
     factor = compute_factor(ranks, mode, cores)
     alpha_s, bandwidth = ring_link(ranks, alpha_s, bandwidth, cluster)
+    # at a factor of 1 (a fixed batch per rank) the layers are those given
+    scaled = layers if factor == 1.0 else [layer.scaled(factor) for layer in layers]
     return simulate(
-        per_rank_layers(layers, ranks, mode, cores),
+        scaled,
         cap_bytes,
         Link(ranks, alpha_s, bandwidth),
         first_cap_bytes=first_cap_bytes,
@@ -265,10 +266,11 @@ def ring_limit_s(grad_bytes, bandwidth):
 
 def bucket_bytes(layers, cap_bytes=25 * MB, first_cap_bytes=None):
     """Bytes of each bucket ``MyDDP`` (and DDP) would build for these layers."""
-    sizes = [b for layer in layers for b in layer.param_bytes]
+    sizes = tuple(b for layer in layers for b in layer.param_bytes)
     return [
         sum(sizes[i] for i in bucket)
-        for bucket in assign_buckets(sizes, cap_bytes, first_cap_bytes)
+        # assign_buckets, remembered: chapter 7 asks at every redraw
+        for bucket in _assign(sizes, cap_bytes, first_cap_bytes)
     ]
 
 
@@ -312,18 +314,38 @@ def comm_bound_ranks(
     difference is exposed. Returns None if it does not happen up to
     ``max_ranks``.
     """
-    sizes = bucket_bytes(layers, cap_bytes)
+    sizes = tuple(bucket_bytes(layers, cap_bytes))
     backward_s = sum(layer.backward_s for layer in layers)
+    low = 2
+    while low <= max_ranks:
+        high = min(2 * low - 1, int(max_ranks))
+        for n, comm_s in _comm_s_by_ranks(
+            sizes, alpha_s, bandwidth, cluster, low, high
+        ):
+            if backward_s * compute_factor(n, mode, cores) < comm_s:
+                return n
+        low = high + 1
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _comm_s_by_ranks(sizes, alpha_s, bandwidth, cluster, low, high):
+    """``(n, comm_s)`` for the rank counts ``low`` to ``high`` that fit the cluster.
+
+    ``comm_s``: the buckets of ``sizes`` bytes all-reduced one after another.
+    It does not depend on the compute: remembered, in blocks of rank counts
+    (2-3, 4-7, 8-15, ...), for the redraws of chapter 7's figure that change
+    only the backward.
+    """
     distinct = set(sizes)  # buckets of one size cost the same: one call per size
-    for n in range(2, int(max_ranks) + 1):
+    rows = []
+    for n in range(low, high + 1):
         if cluster is not None and not fits(cluster, n):
             continue
         alpha, beta = ring_link(n, alpha_s, bandwidth, cluster)
         per_size = {b: ring_all_reduce_time(b, n, alpha, beta) for b in distinct}
-        comm_s = sum(per_size[b] for b in sizes)
-        if backward_s * compute_factor(n, mode, cores) < comm_s:
-            return n
-    return None
+        rows.append((n, sum(map(per_size.__getitem__, sizes))))
+    return tuple(rows)
 
 
 # -- stragglers: a synchronous step waits for the slowest rank ---------------

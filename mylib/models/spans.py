@@ -166,6 +166,16 @@ def summarize(spans):
 def _summary(start, last_end, backward_end, comm_end, comm):
     """:func:`summarize` from the times it needs and each all-reduce's (start, end)."""
     comm_s, hidden = _busy_and_hidden(comm, backward_end)
+    return _summary_of(
+        start, last_end, backward_end, comm_end, len(comm), comm_s, hidden
+    )
+
+
+def _summary_of(start, last_end, backward_end, comm_end, n_comm, comm_s, hidden):
+    """:func:`_summary` once the link's busy and hidden times are known.
+
+    The model adds those up as it plays (``playout._play_in_turn``).
+    """
     return {
         "start_s": start,
         "step_s": last_end - start,
@@ -174,5 +184,5 @@ def _summary(start, last_end, backward_end, comm_end, comm):
         "comm_s": comm_s,
         "exposed_comm_s": max(0.0, comm_end - backward_end),
         "overlap": hidden / comm_s if comm_s > 0 else 0.0,
-        "n_buckets": len(comm),
+        "n_buckets": n_comm,
     }
