@@ -316,16 +316,21 @@ def comm_bound_ranks(
     """
     sizes = tuple(bucket_bytes(layers, cap_bytes))
     backward_s = sum(layer.backward_s for layer in layers)
+    for n, comm_s in _comm_s_from_2_ranks(
+        sizes, alpha_s, bandwidth, cluster, max_ranks
+    ):
+        if backward_s * compute_factor(n, mode, cores) < comm_s:
+            return n
+    return None
+
+
+def _comm_s_from_2_ranks(sizes, alpha_s, bandwidth, cluster, max_ranks):
+    """``(n, comm_s)`` for n = 2, 3, ... ``max_ranks``, in remembered blocks."""
     low = 2
     while low <= max_ranks:
         high = min(2 * low - 1, int(max_ranks))
-        for n, comm_s in _comm_s_by_ranks(
-            sizes, alpha_s, bandwidth, cluster, low, high
-        ):
-            if backward_s * compute_factor(n, mode, cores) < comm_s:
-                return n
+        yield from _comm_s_by_ranks(sizes, alpha_s, bandwidth, cluster, low, high)
         low = high + 1
-    return None
 
 
 @functools.lru_cache(maxsize=64)
@@ -344,7 +349,7 @@ def _comm_s_by_ranks(sizes, alpha_s, bandwidth, cluster, low, high):
             continue
         alpha, beta = ring_link(n, alpha_s, bandwidth, cluster)
         per_size = {b: ring_all_reduce_time(b, n, alpha, beta) for b in distinct}
-        rows.append((n, sum(map(per_size.__getitem__, sizes))))
+        rows.append((n, sum(per_size[b] for b in sizes)))
     return tuple(rows)
 
 
