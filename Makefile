@@ -25,14 +25,16 @@ help:
 	@echo "make lock   - pin every package requirements.txt brings in ($(LOCK))"
 
 # The virtual environment is installed from the lock (exact versions of
-# everything requirements.txt brings in), again whenever either changes.
+# everything requirements.txt brings in), again whenever either changes. Without
+# byte-compiling all 10,000-odd modules (24 s of one core here): Python compiles
+# the ones a program imports, once, when it first imports them.
 # First, whether the Python is new enough for the lock (pyproject.toml's
 # requires-python; book/_ext/python_version.py says so in a sentence).
 $(STAMP): $(LOCK) requirements.txt pyproject.toml
 	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) book/_ext/python_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
-	$(BIN)/python -m pip install -q -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-compile -r $(LOCK)
 	$(BIN)/python -m pip install -q --no-deps -e .
 	$(BIN)/python book/_ext/write_lock.py --check requirements.txt $(LOCK)
 	@touch $@
@@ -81,6 +83,15 @@ TEST_STAGES := lint test-budget test-book bg:test-browser test-unit+test-practic
 test: $(STAMP) $(VENDOR)
 	@MAKE="$(MAKE)" bash tests/run_stages.sh $(TEST_STAGES)
 
+# Every launch of ranks opens TCP connections on 127.0.0.1, and torch's c10d names
+# each socket's addresses with getnameinfo: a reverse lookup of ::ffff:127.0.0.1,
+# which /etc/hosts does not answer, so it goes to the DNS server. Where that server
+# drops a query, glibc waits its default 5 s before asking again (resolv.conf(5)):
+# measured here, 15 launches in 185 stalled 5 s (c10d's socket.cpp warns "The hostname
+# of the client socket cannot be retrieved" when the lookup fails). The tests'
+# processes wait 1 s instead (RES_OPTIONS); no test looks up a name on the network.
+TEST_ENV := RES_OPTIONS="timeout:1 attempts:2"
+
 test-budget: $(STAMP)
 	$(BIN)/python tests/chapter_budget.py
 
@@ -96,15 +107,15 @@ format: $(STAMP)
 	$(BIN)/ruff format $(LINTED)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m "not browser" -n 2 --dist loadfile -p no:cacheprovider --durations=25
+	$(TEST_ENV) $(BIN)/python -m pytest -q tests -m "not browser" -n 2 --dist loadfile -p no:cacheprovider --durations=25
 
 test-practice: $(STAMP)
-	@if [ -f practice/judge.py ]; then $(BIN)/python -m pytest -q practice -p no:cacheprovider --durations=10; fi
+	@if [ -f practice/judge.py ]; then $(TEST_ENV) $(BIN)/python -m pytest -q practice -p no:cacheprovider --durations=10; fi
 
 # nbval re-executes every notebook and compares with its stored outputs, so
 # the site (built from stored outputs) is proven current without a 2nd run.
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q --nbval notebooks -n 2 --dist loadfile --nbval-sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=10
+	$(TEST_ENV) $(BIN)/python -m pytest -q --nbval notebooks -n 2 --dist loadfile --nbval-sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=10
 
 # The stored outputs must not depend on the CPU that recorded them: the notebooks
 # again, under ATen's portable kernels and MKL's AVX2 code path (book/setup.md, "On
@@ -112,7 +123,7 @@ test-notebooks: $(STAMP)
 # so no cell times anything and two notebooks can run at once.
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_CBWR=AVX2 NBVAL_COMPARED_ONLY=1
 test-portable: $(STAMP)
-	$(PORTABLE_ENV) $(BIN)/python -m pytest -q --nbval notebooks -n 2 --dist loadfile \
+	$(PORTABLE_ENV) $(TEST_ENV) $(BIN)/python -m pytest -q --nbval notebooks -n 2 --dist loadfile \
 	  --nbval-sanitize-with $(NB_SANITIZE) -p no:cacheprovider --durations=5
 
 test-book: $(STAMP) $(VENDOR)
@@ -120,7 +131,7 @@ test-book: $(STAMP) $(VENDOR)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 test-browser: $(STAMP)
-	$(BIN)/python -m pytest -q tests -m browser -p no:cacheprovider -rs
+	$(TEST_ENV) $(BIN)/python -m pytest -q tests -m browser -p no:cacheprovider -rs
 
 # Then each notebook gets the kernelspec JupyterLab writes, so that opening it
 # in `make lab` does not mark it modified (book/_ext/lab_notebooks.py).
