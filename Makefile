@@ -25,16 +25,17 @@ help:
 	@echo "make lock   - pin every package requirements.txt brings in ($(LOCK))"
 
 # The virtual environment is installed from the lock (exact versions of
-# everything requirements.txt brings in), again whenever either changes. Without
-# byte-compiling all 10,000-odd modules (24 s of one core here): Python compiles
-# the ones a program imports, once, when it first imports them.
+# everything requirements.txt brings in), again whenever either changes. pip
+# byte-compiles every module as it installs: where PYTHONDONTWRITEBYTECODE is set
+# (as on this project's machines), nothing compiled later is kept, and every
+# process would compile torch again at each import.
 # First, whether the Python is new enough for the lock (pyproject.toml's
 # requires-python; book/_ext/python_version.py says so in a sentence).
 $(STAMP): $(LOCK) requirements.txt pyproject.toml
 	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) book/_ext/python_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
-	$(BIN)/python -m pip install -q --no-compile -r $(LOCK)
+	$(BIN)/python -m pip install -q -r $(LOCK)
 	$(BIN)/python -m pip install -q --no-deps -e .
 	$(BIN)/python book/_ext/write_lock.py --check requirements.txt $(LOCK)
 	@touch $@
