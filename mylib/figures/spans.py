@@ -16,7 +16,7 @@ boxes and :func:`draw_boxes` puts them in place. Standard library only (it runs
 under Pyodide).
 """
 
-from mylib.figures.svg import PALETTE, _num, format_seconds
+from mylib.figures.svg import PALETTE, _escape, _num, format_seconds
 from mylib.models.buckets import MB
 
 LANE_H = 16
@@ -135,12 +135,6 @@ def run_tip(first, last, n, nbytes, t0=0.0):
     )
 
 
-def _escaped(text):
-    if "&" in text or "<" in text or ">" in text:
-        text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text
-
-
 def lane_markup(boxes, tip=box_tip, t0=0.0):
     """SVG of a lane's ``boxes`` (:func:`box`, in time order), at height 0.
 
@@ -159,7 +153,7 @@ def lane_markup(boxes, tip=box_tip, t0=0.0):
             x0, x1, paint_ = run[0][:3]
             rects.setdefault(paint_, []).append(
                 f'<rect x="{x0:.1f}" width="{max(x1 - x0, MIN_BOX_PX):.1f}" '
-                f'height="{LANE_H}"><title>{_escaped(tip(run[0], t0))}</title></rect>'
+                f'height="{LANE_H}"><title>{_escape(tip(run[0], t0))}</title></rect>'
             )
         else:
             stripes = {}
@@ -171,7 +165,7 @@ def lane_markup(boxes, tip=box_tip, t0=0.0):
                 )
                 n += count
                 nbytes += size
-            title = _escaped(run_tip(run[0][4], run[-1][5], n, nbytes, t0))
+            title = _escape(run_tip(run[0][4], run[-1][5], n, nbytes, t0))
             runs.append(
                 f"<g><title>{title}</title>"
                 + "".join(f'<path {p} d="{"".join(d)}"/>' for p, d in stripes.items())
@@ -192,7 +186,7 @@ def lane_markup(boxes, tip=box_tip, t0=0.0):
             close_run()
         rects.setdefault(b[2], []).append(
             f'<rect x="{x0:.1f}" width="{x1 - x0:.1f}" height="{LANE_H}">'
-            f"<title>{_escaped(tip(b, t0))}</title></rect>"
+            f"<title>{_escape(tip(b, t0))}</title></rect>"
         )
     if run:
         close_run()

@@ -110,6 +110,8 @@ def per_rank_layers(layers, ranks, mode=STRONG, cores=None):
     every rank holds and all-reduces the whole gradient.
     """
     factor = compute_factor(ranks, mode, cores)
+    if factor == 1.0:  # a fixed batch per rank: the layers as given
+        return list(layers)
     return [layer.scaled(factor) for layer in layers]
 
 
@@ -138,10 +140,8 @@ def scaled_step(
     """
     factor = compute_factor(ranks, mode, cores)
     alpha_s, bandwidth = ring_link(ranks, alpha_s, bandwidth, cluster)
-    # at a factor of 1 (a fixed batch per rank) the layers are those given
-    scaled = layers if factor == 1.0 else [layer.scaled(factor) for layer in layers]
     return simulate(
-        scaled,
+        per_rank_layers(layers, ranks, mode, cores),
         cap_bytes,
         Link(ranks, alpha_s, bandwidth),
         first_cap_bytes=first_cap_bytes,
