@@ -1,21 +1,29 @@
-"""Visits of each page of the built site: every per-page browser check from few loads.
+"""Visits of each page of the built site: every per-page check from few loads.
 
-Each page is opened in four views: 1280 x 900 and 390 x 844 (a phone), each with
+Each page is seen in four views: 1280 x 900 and 390 x 844 (a phone), each with
 the system in light and in dark mode (the site follows it, ``default_mode:
-auto``). Opening a chapter costs seconds, so a view opens the page once and
-records what the checks need; the tests assert on the record. A visit that fails
-part-way keeps its error, and each test of that page and view reports it.
+auto``). Loading a page costs seconds of CPU (its HTML, the theme's styles and
+scripts, MathJax), so a page is loaded twice, and the system's mode is switched
+in the loaded page for the other two views, as a reader's system does at dusk:
 
 * ``1280 light``, the reader's visit: read the page as it loads (a slider moved
   at once, ``site_timing.while_loading``), unfold every fold, check that no block
   scrolls sideways, move every slider of every live figure
-  (``site_timing.warm``), then each figure's first slider to its other end.
-* the other three, the layout: the page's width (nothing may scroll sideways at
-  390 px), the live figures' controls and text size, the contrast of the text
-  that matters (``page_checks.py``), screenshots. A chapter's live figures arrive
-  drawn, so these visits do not load their Python (``browser.NO_WORKER_JS``);
-  the pages that Python fills in after the load (``PYTHON_FILLS``) load it.
+  (``site_timing.warm``), then each figure's first slider to its other end. Then
+  the system turns dark: ``1280 dark``.
+* ``390 dark`` opened in dark mode, then the system turns light: ``390 light``.
+  These two, and ``1280 dark``, record the layout: the page's width (nothing may
+  scroll sideways at 390 px), the live figures' controls and text size, the
+  contrast of the text that matters (``page_checks.py``), screenshots. A
+  chapter's live figures arrive drawn, so the phone views do not load their
+  Python (``browser.NO_WORKER_JS``); the pages that Python fills in after the
+  load (``PYTHON_FILLS``) load it.
+
+So every page is checked in a mode it loaded in and in a mode it switched to, both
+ways.
 """
+
+import os
 
 import browser
 import page_checks
@@ -27,6 +35,14 @@ VIEWS = {
     "1280 dark": ((1280, 900), "dark"),
     "390 dark": ((390, 844), "dark"),
 }
+
+# BOOK_FULL_SCREENSHOTS=1: the reader's visit shoots a chapter whole (make bench
+# does), not only its first screen.
+FULL_PAGE_SHOTS = os.environ.get("BOOK_FULL_SCREENSHOTS") == "1" or site_timing.BENCH
+
+# The views seen in one load of a page: the first opened, then the system's mode
+# switched for the next.
+LOADS = (("1280 light", "1280 dark"), ("390 dark", "390 light"))
 
 # Pages whose content Python writes after the load: the planner's tables, the
 # exercises' editors.
@@ -88,7 +104,7 @@ OVERFLOW_JS = """() => {
 
 
 class Visits:
-    """The visits of one test session, one per page and view, made when first asked."""
+    """A test session's visits: per page, one load a width, made when first asked."""
 
     def __init__(self, base_url, chromium, shots):
         self.base_url, self.chromium, self.shots = base_url, chromium, shots
@@ -99,19 +115,22 @@ class Visits:
 
         Raises the visit's error, if it had one.
         """
-        key = (page, view)
-        if key not in self._done:
-            record = {"page": page, "view": view}
+        if (page, view) not in self._done:
+            together = next(group for group in LOADS if view in group)
+            records = {v: {"page": page, "view": v} for v in together}
             url = f"{self.base_url}/{page}"
             try:
-                if view == "1280 light":
-                    visit(self.chromium, url, page, record, self.shots)
+                if together[0] == "1280 light":
+                    light, dark = records.values()
+                    visit(self.chromium, url, page, light, self.shots, dark=dark)
                 else:
-                    look(self.chromium, url, page, view, record, self.shots)
-            except Exception as e:  # every test of the page reports it
-                record["error"] = e
-            self._done[key] = record
-        record = self._done[key]
+                    look(self.chromium, url, page, together, records, self.shots)
+            except Exception as e:  # every test of the page and view reports it
+                for record in records.values():
+                    record.setdefault("error", e)
+            for v, record in records.items():
+                self._done[(page, v)] = record
+        record = self._done[(page, view)]
         if "error" in record:
             raise record["error"]
         return record
@@ -153,8 +172,12 @@ def _wait_for_math(tab):
         tab.wait_for_selector("mjx-container", timeout=15000)  # after load
 
 
-def visit(chromium, url, page, record, shots):
-    """Open ``url`` once, as a reader at 1280 px, and record what the checks need."""
+def visit(chromium, url, page, record, shots, dark=None):
+    """Open ``url`` once, as a reader at 1280 px, and record what the checks need.
+
+    Then, if ``dark`` is a dict, the system turns dark and ``dark`` gets the
+    layout record of that view (:func:`record_look`).
+    """
     with browser.open_page(chromium, url) as (tab, problems):
         record["problems"] = problems  # the same list: it fills while the page is open
         record["title"] = tab.title()
@@ -165,7 +188,9 @@ def visit(chromium, url, page, record, shots):
         if page.startswith("notebooks/"):
             shots.mkdir(parents=True, exist_ok=True)
             name = page.replace("/", "_")[:-5] + ".png"
-            tab.screenshot(path=str(shots / name), full_page=True)
+            # the whole chapter (seconds of CPU) when asked, else what a reader
+            # sees first
+            tab.screenshot(path=str(shots / name), full_page=FULL_PAGE_SHOTS)
         tab.evaluate(UNFOLD_JS)
         tab.wait_for_timeout(200)
         record["overflow"] = tab.evaluate(OVERFLOW_JS)["found"]
@@ -179,11 +204,18 @@ def visit(chromium, url, page, record, shots):
                     _jump_to_the_other_end(tab, figures.nth(i), facts["before"])
                 )
         record["problems"] = list(problems)
+        if dark is not None:
+            problems.clear()  # each view reports what went wrong in it
+            _switch_scheme(tab, "dark")
+            record_look(tab, page, "1280 dark", dark, problems, shots)
 
 
-def look(chromium, url, page, view, record, shots):
-    """Open ``url`` in ``view`` and record its layout and contrast."""
-    viewport, scheme = VIEWS[view]
+def look(chromium, url, page, views, records, shots):
+    """Open ``url`` in the first of ``views`` (one width), then switch the system's
+    mode to each next one; record each view's layout and contrast in ``records``.
+    """
+    viewport, scheme = VIEWS[views[0]]
+    assert all(VIEWS[v][0] == viewport for v in views), views
     with browser.open_page(
         chromium,
         url,
@@ -191,19 +223,37 @@ def look(chromium, url, page, view, record, shots):
         color_scheme=scheme,
         python=page in PYTHON_FILLS,
     ) as (tab, problems):
-        record["problems"] = problems
-        record["theme"] = tab.evaluate("() => document.documentElement.dataset.theme")
         _wait_for_math(tab)
         tab.evaluate(UNFOLD_JS)
         tab.wait_for_timeout(300)
-        record.update(tab.evaluate(page_checks.LAYOUT_JS))
-        record["contrast"] = tab.evaluate(page_checks.CONTRAST_JS)
-        shots.mkdir(parents=True, exist_ok=True)
-        first = tab.locator(".livefig, .planner, table").first
-        if first.count():
-            first.scroll_into_view_if_needed()
-        tab.screenshot(path=str(shots / _shot_name(page, view)))
-        record["problems"] = list(problems)
+        for view in views:
+            if VIEWS[view][1] != scheme:
+                problems.clear()  # each view reports what went wrong in it
+                scheme = VIEWS[view][1]
+                _switch_scheme(tab, scheme)
+            record_look(tab, page, view, records[view], problems, shots)
+
+
+def _switch_scheme(tab, scheme):
+    """The system's mode turns ``scheme``: the page follows it (no reload)."""
+    tab.emulate_media(color_scheme=scheme)
+    tab.wait_for_function(
+        f"() => document.documentElement.dataset.theme === '{scheme}'", timeout=5000
+    )
+    tab.wait_for_timeout(300)  # any transition of colours has ended
+
+
+def record_look(tab, page, view, record, problems, shots):
+    """The layout and contrast of ``tab`` as it is now, seen as ``view``."""
+    record["theme"] = tab.evaluate("() => document.documentElement.dataset.theme")
+    record.update(tab.evaluate(page_checks.LAYOUT_JS))
+    record["contrast"] = tab.evaluate(page_checks.CONTRAST_JS)
+    shots.mkdir(parents=True, exist_ok=True)
+    first = tab.locator(".livefig, .planner, table").first
+    if first.count():
+        first.scroll_into_view_if_needed()
+    tab.screenshot(path=str(shots / _shot_name(page, view)))
+    record["problems"] = list(problems)
 
 
 def _default_drawing(fig):

@@ -3,8 +3,9 @@
 A reader opens the static site with no kernel and, often, no network. Every
 page must load with no JavaScript error, no failed request and no request that
 leaves the machine (math, fonts, figures and interactive figures are all served
-by the site itself), and no link inside the site may be broken. Each chapter is
-screenshot into ``_build/screenshots/`` for a human to look at.
+by the site itself), and no link inside the site may be broken. Each chapter's
+first screen is shot into ``_build/screenshots/`` for a human to look at (the whole
+chapter with ``BOOK_FULL_SCREENSHOTS=1``, and in ``make bench``).
 
 Needs the site built first (``make book``; ``make test`` builds it before running
 these) and Chromium (``apt-get install -y chromium``).
