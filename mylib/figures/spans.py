@@ -159,17 +159,11 @@ def lane_markup(boxes, tip=box_tip, t0=0.0):
             stripes = {}
             n = nbytes = 0
             for x0, x1, paint_, count, _, _, size, *_ in run:
-                w = max(x1 - x0, MIN_BOX_PX)
-                stripes.setdefault(paint_, []).append(
-                    f"M{x0:.1f} 0h{w:.1f}v{LANE_H}h-{w:.1f}z"
-                )
+                stripes.setdefault(paint_, []).append(stripe(x0, x1))
                 n += count
                 nbytes += size
-            title = _escape(run_tip(run[0][4], run[-1][5], n, nbytes, t0))
             runs.append(
-                f"<g><title>{title}</title>"
-                + "".join(f'<path {p} d="{"".join(d)}"/>' for p, d in stripes.items())
-                + "</g>"
+                titled_stripes(run_tip(run[0][4], run[-1][5], n, nbytes, t0), stripes)
             )
         run.clear()
 
@@ -191,6 +185,21 @@ def lane_markup(boxes, tip=box_tip, t0=0.0):
     if run:
         close_run()
     return "".join(f"<g {p}>{''.join(r)}</g>" for p, r in rects.items()) + "".join(runs)
+
+
+def stripe(x0, x1):
+    """Path data of a box from ``x0`` to ``x1`` at height 0 (MIN_BOX_PX at least)."""
+    w = max(x1 - x0, MIN_BOX_PX)
+    return f"M{x0:.1f} 0h{w:.1f}v{LANE_H}h-{w:.1f}z"
+
+
+def titled_stripes(title, stripes):
+    """Stripes under one tooltip; ``stripes``: a paint to its :func:`stripe` data."""
+    return (
+        f"<g><title>{_escape(title)}</title>"
+        + "".join(f'<path {p} d="{"".join(d)}"/>' for p, d in stripes.items())
+        + "</g>"
+    )
 
 
 def draw_boxes(fig, markup, y):

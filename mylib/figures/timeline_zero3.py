@@ -19,10 +19,16 @@ is chapter 1's flat link. Standard library only (Pyodide).
 import functools
 
 from mylib.figures.livefig import choices, node_sliders, steps
-from mylib.figures.spans import draw_boxes, lane_markup, paint
+from mylib.figures.spans import (
+    box,
+    draw_boxes,
+    lane_markup,
+    paint,
+    stripe,
+    titled_stripes,
+)
 from mylib.figures.svg import PALETTE, Svg, format_seconds, time_axis
 from mylib.figures.timeline import (
-    LANE_H,
     TimeScale,
     draw_lane,
     draw_numbers,
@@ -59,13 +65,6 @@ SENT_SHARE = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}
 def _paint(kind, lighter):
     """A box's paint, by its span's kind and whether it is the lighter of two."""
     return paint(FILLS.get(kind, PALETTE["idle"]), 0.75 if lighter else None)
-
-
-class _Paints(dict):
-    """``_paint`` of each (kind, lighter) asked for, as a dict: a lookup a box."""
-
-    def __missing__(self, key):
-        return self.setdefault(key, _paint(*key))
 
 
 def _span_tip(box_, t0=0.0):
@@ -126,16 +125,13 @@ def draw_waiting(fig, gaps, x_of, y):
     """
     if not gaps:
         return
-    shapes = "".join(
-        f"M{x_of(a):.1f} {y}h{x_of(b) - x_of(a):.1f}v{LANE_H}h{x_of(a) - x_of(b):.1f}z"
-        for a, b in gaps
-    )
     waited = format_seconds(sum(b - a for a, b in gaps))
     times = f"{len(gaps)} time{'s' * (len(gaps) > 1)}"
-    fig.raw(
-        f"<g><title>waiting for communication: {times}, {waited} in all</title>"
-        f'<path fill="{PALETTE["exposed"]}" opacity="0.35" d="{shapes}"/></g>'
-    )
+    shapes = {
+        paint(PALETTE["exposed"], 0.35): [stripe(x_of(a), x_of(b)) for a, b in gaps]
+    }
+    title = f"waiting for communication: {times}, {waited} in all"
+    draw_boxes(fig, titled_stripes(title, shapes), y)
 
 
 def slider_cluster(gpus_per_node, nics_per_node, nic_gb_s, nvlink_gb_s):
@@ -238,27 +234,16 @@ def zero3_timeline_figure(
     )
 
     x_of = TimeScale(LEFT, plot_w, t_max)
-    left = x_of.left
-    paints = _Paints()
     time_axis(fig, x_of, t_max, top, height - 52, height - 40)
     for k, row in enumerate(rows):
         y = top + k * ROW_H
         fig.text(LEFT, y + 12, row.name, size=12, weight="bold")
         for lane, ly in lane_heights((tl.COMPUTE, tl.COMM), y).items():
             draw_lane(fig, lane, ly, x_of(0), x_of(row.step_s), LEFT)
-            # every other box lighter: neighbouring boxes stand apart; a box as
-            # spans.box makes it, x_of inlined (hundreds a redraw, in Pyodide)
             boxes = [
-                [
-                    left + plot_w * s.start_s / t_max,
-                    left + plot_w * s.end_s / t_max,
-                    paints[s.kind, i % 2],
-                    1,
-                    s,
-                    s,
-                    s.nbytes,
-                ]
-                for i, s in enumerate([x for x in row.spans if x.lane == lane])
+                # every other box lighter: neighbouring boxes stand apart
+                box(x_of(s.start_s), x_of(s.end_s), _paint(s.kind, i % 2), s)
+                for i, s in enumerate(x for x in row.spans if x.lane == lane)
             ]
             draw_boxes(fig, lane_markup(boxes, _span_tip), ly)
             if lane == tl.COMPUTE:
