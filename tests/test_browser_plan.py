@@ -5,17 +5,21 @@ redraw the plan with the numbers Python computes for the same inputs (the
 page runs the very same ``mylib.figures.planner.render``). A benchmark, not a
 timed assertion, prints how long each redraw took after each input changed
 (the target: a median under 16 ms, one frame) and writes them to
-``_build/planner-timings.json``. At 390 px wide the page must not scroll
-sideways and must still redraw.
+``_build/planner-timings.json``: in ``make test`` two changes an input, on the
+page the other checks at 1280 px use (each leaves every input at its default;
+loading the page and its Python costs 8-12 CPU-s); with ``LIVEFIG_BENCH=1`` it
+has a page of its own and eight changes an input. At 390 px wide the page must not
+scroll sideways and must still redraw.
 
 Needs the site built (``make book``) and Chromium. Run with ``-s`` to see the
-benchmark: ``pytest tests/test_browser_plan.py -m browser -s``.
+benchmark: ``LIVEFIG_BENCH=1 pytest tests/test_browser_plan.py -m browser -s``.
 """
 
 import json
 import statistics
 
 import pytest
+import site_timing
 from conftest import SITE
 from test_planner_page import parsed
 
@@ -45,6 +49,16 @@ SET_JS = """([root, name, value]) => {
 def built():
     if not (SITE / PAGE).exists():
         pytest.skip(f"no {PAGE} in {SITE}: build the site first with `make book`")
+
+
+@pytest.fixture(scope="module")
+def planner(built, site, chromium):
+    """The page at 1280 px, for the checks that leave every input at its default."""
+    ctx, tab, root, problems = open_planner(chromium, site)
+    try:
+        yield tab, root, problems
+    finally:
+        ctx.__exit__(None, None, None)
 
 
 def open_planner(chromium, site, viewport=(1280, 900)):
@@ -104,24 +118,21 @@ CASES = [
 ]
 
 
-def test_the_page_plans_what_python_plans(built, site, chromium):
-    ctx, tab, root, problems = open_planner(chromium, site)
-    try:
-        assert same(tab.evaluate(READ_JS, root.element_handle()), {})
-        values = {}
-        for case in CASES:
-            values = {**inputs.defaults(), **case}
-            for name, value in case.items():
-                set_input(tab, root, name, value)
-            shown = tab.evaluate(READ_JS, root.element_handle())
-            assert same(shown, values), case
-            text = root.locator(".planner-output").inner_text()
-            assert ("Nothing fits" in text) == (case.get("model") == "Llama 3 405B")
-            for name in case:  # back to the defaults for the next case
-                set_input(tab, root, name, inputs.defaults()[name])
-        assert not problems, "\n".join(problems)
-    finally:
-        ctx.__exit__(None, None, None)
+def test_the_page_plans_what_python_plans(planner):
+    tab, root, problems = planner
+    assert same(tab.evaluate(READ_JS, root.element_handle()), {})
+    values = {}
+    for case in CASES:
+        values = {**inputs.defaults(), **case}
+        for name, value in case.items():
+            set_input(tab, root, name, value)
+        shown = tab.evaluate(READ_JS, root.element_handle())
+        assert same(shown, values), case
+        text = root.locator(".planner-output").inner_text()
+        assert ("Nothing fits" in text) == (case.get("model") == "Llama 3 405B")
+        for name in case:  # back to the defaults for the next case
+            set_input(tab, root, name, inputs.defaults()[name])
+    assert not problems, "\n".join(problems)
 
 
 def test_calibration_from_a_paste_and_its_errors(built, site, chromium):
@@ -144,16 +155,16 @@ def test_calibration_from_a_paste_and_its_errors(built, site, chromium):
         ctx.__exit__(None, None, None)
 
 
-def test_an_open_derivation_stays_open_across_redraws(built, site, chromium):
-    ctx, tab, root, _ = open_planner(chromium, site)
-    try:
-        fold = root.locator(".planner-output details").first
-        fold.locator("summary").click()
-        set_input(tab, root, "nodes", 16)
-        assert root.locator(".planner-output details").first.evaluate("d => d.open")
-        assert root.locator("[data-derivation]").count() > 40
-    finally:
-        ctx.__exit__(None, None, None)
+def test_an_open_derivation_stays_open_across_redraws(planner):
+    tab, root, problems = planner
+    fold = root.locator(".planner-output details").first
+    fold.locator("summary").click()
+    set_input(tab, root, "nodes", 16)
+    assert root.locator(".planner-output details").first.evaluate("d => d.open")
+    assert root.locator("[data-derivation]").count() > 40
+    fold.locator("summary").click()  # as it was: folded, and 8 nodes
+    set_input(tab, root, "nodes", inputs.defaults()["nodes"])
+    assert not problems, "\n".join(problems)
 
 
 # The values each input takes in turn: new ones where the input allows it, so
@@ -180,12 +191,16 @@ BENCH = {
 }  # fmt: skip
 
 
-def test_redraw_benchmark(built, site, chromium):
-    ctx, tab, root, problems = open_planner(chromium, site)
+def test_redraw_benchmark(planner, site, chromium):
+    if site_timing.BENCH:  # a page of its own, every value
+        ctx, tab, root, problems = open_planner(chromium, site)
+        changes = len(BENCH["model"])
+    else:  # the shared page: a new value, then back to the default
+        ctx, (tab, root, problems), changes = None, planner, 2
     try:
         per_input, every = {}, []
         for name, values in BENCH.items():
-            times = [set_input(tab, root, name, value) for value in values]
+            times = [set_input(tab, root, name, value) for value in values[-changes:]]
             per_input[name] = {
                 "median ms": round(statistics.median(times), 2),
                 "max ms": round(max(times), 2),
@@ -205,7 +220,8 @@ def test_redraw_benchmark(built, site, chromium):
         RESULTS.write_text(json.dumps(result, indent=1))
         assert not problems, "\n".join(problems)
     finally:
-        ctx.__exit__(None, None, None)
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
 
 
 def test_works_at_390_px_wide(built, site, chromium):
