@@ -9,6 +9,13 @@ import os
 import pathlib
 
 import pytest
+from hypothesis import settings
+
+# No timing asserts: hypothesis fails an example slower than 200 ms by default, which
+# a loaded machine trips (make test runs three to five processes on two cores; a
+# chunking example of 137 elements took 420 ms there). No property test has a deadline.
+settings.register_profile("no-deadline", deadline=None)
+settings.load_profile("no-deadline")
 
 os.environ["PYTHONWARNINGS"] = ",".join(
     filter(None, [os.environ.get("PYTHONWARNINGS"), "error::FutureWarning"])

@@ -16,6 +16,11 @@ import time
 import types
 
 import pytest
+from hypothesis import settings
+
+# No timing asserts (tests/conftest.py says why): no deadline for any example.
+settings.register_profile("no-deadline", deadline=None)
+settings.load_profile("no-deadline")
 
 # The judge commands the tests run start their own grading service and stop it
 # when they end: no process outlives a test.
