@@ -100,8 +100,8 @@ test: $(STAMP) $(VENDOR)
 # 300,000 spins before they sleep unless OMP_WAIT_POLICY is PASSIVE (libgomp's
 # manual, GOMP_SPINCOUNT); it counts only its own threads against the cores, so
 # here a waiting thread spins on a core another test needs. Waiting passively
-# changes no result (the same threads split the same work); measured here, make test
-# took 1028 s and 1901 CPU-s with it, 1108 s without.
+# changes no result (the same threads split the same work). Measured here, one run
+# each: make test 1028 s with it, 1108 s without (runs differ by up to 10%).
 TEST_ENV := RES_OPTIONS="timeout:1 attempts:2" OMP_WAIT_POLICY=PASSIVE
 
 test-budget: $(STAMP)
