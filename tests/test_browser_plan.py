@@ -15,6 +15,7 @@ Needs the site built (``make book``) and Chromium. Run with ``-s`` to see the
 benchmark: ``LIVEFIG_BENCH=1 pytest tests/test_browser_plan.py -m browser -s``.
 """
 
+import contextlib
 import json
 import statistics
 
@@ -54,25 +55,24 @@ def built():
 @pytest.fixture(scope="module")
 def planner(built, site, chromium):
     """The page at 1280 px, for the checks that leave every input at its default."""
-    ctx, tab, root, problems = open_planner(chromium, site)
-    try:
-        yield tab, root, problems
-    finally:
-        ctx.__exit__(None, None, None)
+    with open_planner(chromium, site) as page:
+        yield page
 
 
+@contextlib.contextmanager
 def open_planner(chromium, site, viewport=(1280, 900)):
-    ctx = browser.open_page(chromium, f"{site}/{PAGE}", viewport=viewport)
-    tab, problems = ctx.__enter__()
-    root = tab.locator(".planner[data-module]").first
-    root.scroll_into_view_if_needed()
-    tab.wait_for_function(
-        "el => el.dataset.python === 'ready' || el.dataset.python === 'error'",
-        arg=root.element_handle(),
-        timeout=180_000,
-    )
-    assert root.get_attribute("data-python") == "ready", problems
-    return ctx, tab, root, problems
+    """The page with its Python ready: yields ``(tab, root, problems)``."""
+    url = f"{site}/{PAGE}"
+    with browser.open_page(chromium, url, viewport=viewport) as (tab, problems):
+        root = tab.locator(".planner[data-module]").first
+        root.scroll_into_view_if_needed()
+        tab.wait_for_function(
+            "el => el.dataset.python === 'ready' || el.dataset.python === 'error'",
+            arg=root.element_handle(),
+            timeout=180_000,
+        )
+        assert root.get_attribute("data-python") == "ready", problems
+        yield tab, root, problems
 
 
 def set_input(tab, root, name, value):
@@ -136,8 +136,7 @@ def test_the_page_plans_what_python_plans(planner):
 
 
 def test_calibration_from_a_paste_and_its_errors(built, site, chromium):
-    ctx, tab, root, problems = open_planner(chromium, site)
-    try:
+    with open_planner(chromium, site) as (tab, root, problems):
         renders = int(root.get_attribute("data-renders") or 0)
         root.locator(".planner-example").click()
         tab.wait_for_function(
@@ -151,8 +150,6 @@ def test_calibration_from_a_paste_and_its_errors(built, site, chromium):
         set_input(tab, root, "nccl_tests", "Collective: Alltoall\n 65536 262144 76.4")
         assert "no all_reduce_perf table found" in out.inner_text()
         assert not problems, "\n".join(problems)
-    finally:
-        ctx.__exit__(None, None, None)
 
 
 def test_an_open_derivation_stays_open_across_redraws(planner):
@@ -191,13 +188,14 @@ BENCH = {
 }  # fmt: skip
 
 
-def test_redraw_benchmark(planner, site, chromium):
-    if site_timing.BENCH:  # a page of its own, every value
-        ctx, tab, root, problems = open_planner(chromium, site)
-        changes = len(BENCH["model"])
-    else:  # the shared page: a new value, then back to the default
-        ctx, (tab, root, problems), changes = None, planner, 2
-    try:
+def test_redraw_benchmark(built, request, site, chromium):
+    with contextlib.ExitStack() as own_page:
+        if site_timing.BENCH:  # a page of its own, every value
+            tab, root, problems = own_page.enter_context(open_planner(chromium, site))
+            changes = len(BENCH["model"])
+        else:  # the shared page: a new value, then back to the default
+            tab, root, problems = request.getfixturevalue("planner")
+            changes = 2
         per_input, every = {}, []
         for name, values in BENCH.items():
             times = [set_input(tab, root, name, value) for value in values[-changes:]]
@@ -219,14 +217,10 @@ def test_redraw_benchmark(planner, site, chromium):
         print("\nplanner timing: " + json.dumps(result))
         RESULTS.write_text(json.dumps(result, indent=1))
         assert not problems, "\n".join(problems)
-    finally:
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
 
 
 def test_works_at_390_px_wide(built, site, chromium):
-    ctx, tab, root, problems = open_planner(chromium, site, viewport=(390, 844))
-    try:
+    with open_planner(chromium, site, viewport=(390, 844)) as (tab, root, problems):
         wide = tab.evaluate("() => document.documentElement.scrollWidth")
         assert wide <= 390, f"the page scrolls sideways: {wide} px"
         outside = root.evaluate(
@@ -243,5 +237,3 @@ def test_works_at_390_px_wide(built, site, chromium):
         browser_shot.parent.mkdir(parents=True, exist_ok=True)
         tab.screenshot(path=str(browser_shot))
         assert not problems, "\n".join(problems)
-    finally:
-        ctx.__exit__(None, None, None)
