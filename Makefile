@@ -68,10 +68,7 @@ $(VENDOR): book/vendor.sh
 	bash book/vendor.sh vendor
 	@touch $@
 
-# The environment and the vendored JavaScript are made side by side (-j2): npm's
-# downloads wait on the network while pip installs.
-book:
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(VENDOR)
+book: $(STAMP) $(VENDOR)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The site is in _build/html. Open _build/html/index.html in a browser,"
@@ -82,17 +79,13 @@ book:
 # first from the stored outputs, which test-notebooks then proves current) wait on
 # pages much of their time and use about one core, so they run in the background
 # ("&") beside every later stage; the library's tests and the judge's share nothing
-# and run side by side ("+"); the judge's tests wait on its ranks and its grading
-# service most of their time (about 110 s of CPU in 390 s), so the notebooks and the
-# portable run follow them (",") while the library's tests still run. The pytest
-# stages that run many short, independent files spread them over two workers (-n 2;
-# a file stays on one worker, so its module fixtures are made once).
-# tests/run_stages.sh runs the list.
-TEST_STAGES := lint test-budget test-book bg:test-browser \
-  test-unit+test-practice,test-notebooks,test-portable
+# and run side by side ("+"); the pytest stages that run many short, independent
+# files spread them over two workers (-n 2; a file stays on one worker, so its
+# module fixtures are made once). tests/run_stages.sh runs the list.
+TEST_STAGES := lint test-budget test-book bg:test-browser test-unit+test-practice \
+  test-notebooks test-portable
 
-test:
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(VENDOR)
+test: $(STAMP) $(VENDOR)
 	@MAKE="$(MAKE)" bash tests/run_stages.sh $(TEST_STAGES)
 
 # Every launch of ranks opens TCP connections on 127.0.0.1, and torch's c10d names

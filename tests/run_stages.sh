@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # make test's stages, in order: "a+b" runs stages a and b side by side (they share
 # nothing: the library's tests and the judge's, say), each into a log of its own that
-# is printed whole once all are done; "a+b,c" runs a beside b then c (c starts when b
-# ends, while a may still run: "," binds tighter than "+"). "bg:a" starts stage a in
-# the background, beside every later step (the browser's visits, which wait on pages
-# much of their time and use about one core): its log is printed, and its status
-# counted, at the end.
+# is printed whole once all are done. "bg:a" starts stage a in the background, beside
+# every later step (the browser's visits, which wait on pages much of their time and
+# use about one core): its log is printed, and its status counted, at the end.
 # Stops at the first step that fails (a background stage still running is stopped
-# then); prints how long each stage took, from its own start to its end (side by side
-# with others, so the times add up to more than the whole).
-#   usage: tests/run_stages.sh lint bg:test-browser test-unit+test-practice,test-notebooks ...
+# then); prints how long each stage took (one that ran beside others: from the
+# step's start to its end).
+#   usage: tests/run_stages.sh lint bg:test-browser test-unit+test-practice ...
 set -u
 make=${MAKE:-make}
 logs=$(mktemp -d)
@@ -29,25 +27,16 @@ trap 'stop_background; rm -rf "$logs"' EXIT
 times=""
 total=$(date +%s)
 
-run_logged() {  # run stage $1 into its log; record status, start and end time
-  date +%s > "$logs/$1.start"
+run_logged() {  # run stage $1 into its log; record status and end time
   $make --no-print-directory "$1" > "$logs/$1.log" 2>&1
   echo $? > "$logs/$1.rc"
   date +%s > "$logs/$1.end"
 }
 
-run_lane() {  # run stages $1, $2, ... one after another, until one fails
-  for stage in "$@"; do
-    run_logged "$stage"
-    [ "$(cat "$logs/$stage.rc")" = 0 ] || return
-  done
-}
-
-print_logged() {  # print stage $1's log (if it ran); add its time to the times
-  [ -f "$logs/$1.end" ] || return
+print_logged() {  # print stage $1's log; add its time since $2 to the times
   printf '\n----- %s -----\n' "$1"
   cat "$logs/$1.log"
-  times+=$(printf '  %-15s %5d s' "$1" $(($(cat "$logs/$1.end") - $(cat "$logs/$1.start"))))"\n"
+  times+=$(printf '  %-15s %5d s' "$1" $(($(cat "$logs/$1.end") - $2)))"\n"
 }
 
 for step in "$@"; do
@@ -58,6 +47,7 @@ for step in "$@"; do
     echo "make test: $part runs in the background, beside the stages after it (its log follows at the end)"
     setsid bash -c "$(declare -f run_logged); make='$make' logs='$logs'; run_logged $part" &
     echo $! > "$logs/$part.pid"
+    echo "$start" > "$logs/$part.start"
     background+=("$part")
     continue
   fi
@@ -66,21 +56,16 @@ for step in "$@"; do
     $make --no-print-directory "$step" || status=$?
     times+=$(printf '  %-15s %5d s' "$step" $(($(date +%s) - start)))"\n"
   else
-    lanes=${step//,/ then }
-    echo "make test: side by side, ${lanes//+/; beside it, } (their logs follow when all end)"
     pids=()
-    for lane in "${parts[@]}"; do
-      IFS=, read -ra stages <<< "$lane"
-      run_lane "${stages[@]}" &
+    for part in "${parts[@]}"; do
+      echo "make test: $part runs beside ${step//+/ and } (its log follows when they end)"
+      run_logged "$part" &
       pids+=($!)
     done
     wait "${pids[@]}"  # these, not a background stage
-    for lane in "${parts[@]}"; do
-      IFS=, read -ra stages <<< "$lane"
-      for part in "${stages[@]}"; do
-        print_logged "$part"
-        [ "$(cat "$logs/$part.rc" 2>/dev/null || echo 0)" = 0 ] || status=$(cat "$logs/$part.rc")
-      done
+    for part in "${parts[@]}"; do
+      print_logged "$part" "$start"
+      [ "$(cat "$logs/$part.rc")" = 0 ] || status=$(cat "$logs/$part.rc")
     done
   fi
   if [ "$status" != 0 ]; then
@@ -90,7 +75,7 @@ for step in "$@"; do
 done
 for part in "${background[@]}"; do
   while [ ! -f "$logs/$part.rc" ]; do sleep 1; done
-  print_logged "$part"
+  print_logged "$part" "$(cat "$logs/$part.start")"
   if [ "$(cat "$logs/$part.rc")" != 0 ]; then
     printf "\nmake test: %s failed. Stage times:\n$times" "$part"
     exit "$(cat "$logs/$part.rc")"
