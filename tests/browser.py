@@ -158,7 +158,7 @@ def _icon_left_behind(request):
 # session storage (the theme picked, the exercises' code) are cleared and the tab goes
 # to about:blank. A visit that raised leaves its tab closed. The benchmark
 # (``LIVEFIG_BENCH=1``) still opens each page in a new context: a first visit.
-FRESH_CONTEXTS = os.environ.get("LIVEFIG_BENCH") == "1"
+BENCH = os.environ.get("LIVEFIG_BENCH") == "1"  # site_timing.py reads it too
 _tabs = {}  # (browser, python) -> _Tab
 
 CLEAR_STORAGE_JS = (
@@ -169,12 +169,9 @@ CLEAR_STORAGE_JS = (
 class _Tab:
     """A browser context with one tab, its checks reported to the current visit."""
 
-    def __init__(self, chromium, python, viewport, color_scheme):
+    def __init__(self, chromium, python):
         self.problems = None  # the open visit's list
-        self.context = chromium.new_context(
-            viewport={"width": viewport[0], "height": viewport[1]},
-            color_scheme=color_scheme,
-        )
+        self.context = chromium.new_context()
         self.context.add_init_script(WATCH_JS)
         if not python:
             self.context.add_init_script(NO_WORKER_JS)
@@ -250,18 +247,17 @@ def open_page(
     """
     key = (chromium, python)
     tab = _tabs.pop(key, None)
-    if tab is None or FRESH_CONTEXTS:
-        tab = _Tab(chromium, python, viewport, color_scheme)
-    else:
-        tab.page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
-        tab.page.emulate_media(color_scheme=color_scheme)
+    if tab is None or BENCH:
+        tab = _Tab(chromium, python)
+    tab.page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+    tab.page.emulate_media(color_scheme=color_scheme)
     problems = tab.problems = []
     kept = False
     try:
         tab.page.goto(url, wait_until=wait_until)
         tab.page.wait_for_timeout(settle_ms)
         yield tab.page, problems
-        kept = not FRESH_CONTEXTS and tab.leave()
+        kept = not BENCH and tab.leave()
     finally:
         if kept and key not in _tabs:  # (a visit opened inside this one kept its own)
             _tabs[key] = tab

@@ -25,7 +25,7 @@ import browser
 # is drawn. The benchmark (`make bench`, tests/bench_livefig.py, LIVEFIG_BENCH=1)
 # times: 12 warm redraws a slider for the medians, long tasks in the 10 s after the
 # load, and the next chapter's arrow key pressed while Python loads.
-BENCH = os.environ.get("LIVEFIG_BENCH") == "1"
+BENCH = browser.BENCH
 WARM_MOVES = int(os.environ.get("LIVEFIG_WARM_MOVES", "12" if BENCH else "2"))
 AFTER_LOAD_S = 10  # the benchmark's window in which long tasks are counted
 
