@@ -20,30 +20,36 @@ browser runs them), ``mylib.figures`` (what goes on a page) and
 imports ``figures`` or ``experiments`` (``tests/test_layering.py``).
 """
 
-from mylib.checkpoint import ResumableSampler, load_checkpoint, save_checkpoint
-from mylib.ddp import MyDDP
-from mylib.launch import (
-    RankError,
-    RankTimeout,
-    current_device,
-    init_from_env,
-    run_ranks,
-)
-from mylib.zero1 import ShardedOptimizer
-from mylib.zero2 import ShardedGradOptimizer
-from mylib.zero3 import ShardedModel
+import importlib
 
-__all__ = [
-    "MyDDP",
-    "ShardedGradOptimizer",
-    "ShardedModel",
-    "ShardedOptimizer",
-    "RankError",
-    "RankTimeout",
-    "ResumableSampler",
-    "current_device",
-    "init_from_env",
-    "load_checkpoint",
-    "run_ranks",
-    "save_checkpoint",
-]
+# What ``from mylib import X`` gives, and the module that defines it. Each is
+# imported on first use (PEP 562), not by ``import mylib``: the what-if models and
+# the terminal planner (``python -m mylib.plan``) then start without torch, on the
+# standard library only, as they run in the browser.
+_EXPORTS = {
+    "MyDDP": "mylib.ddp",
+    "ShardedGradOptimizer": "mylib.zero2",
+    "ShardedModel": "mylib.zero3",
+    "ShardedOptimizer": "mylib.zero1",
+    "RankError": "mylib.launch",
+    "RankTimeout": "mylib.launch",
+    "ResumableSampler": "mylib.checkpoint",
+    "current_device": "mylib.launch",
+    "init_from_env": "mylib.launch",
+    "load_checkpoint": "mylib.checkpoint",
+    "run_ranks": "mylib.launch",
+    "save_checkpoint": "mylib.checkpoint",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'mylib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -112,7 +112,7 @@ def _warm_moves(tab, fig, slider, moves, key="ArrowRight"):
     the slider's new value.
     """
     slider.focus()
-    python_ms, input_ms = [], []
+    python_ms, input_ms, place_ms = [], [], []
     for _ in range(moves):
         renders = int(fig.get_attribute("data-renders") or 0)
         at = slider.evaluate(
@@ -128,7 +128,8 @@ def _warm_moves(tab, fig, slider, moves, key="ArrowRight"):
         assert float(positions[slider.get_attribute("name")]) == float(value)
         python_ms.append(float(fig.get_attribute("data-render-ms")))
         input_ms.append(float(fig.get_attribute("data-input-ms")))
-    return python_ms, input_ms
+        place_ms.append(float(fig.get_attribute("data-place-ms")))
+    return python_ms, input_ms, place_ms
 
 
 def warm(tab):
@@ -150,9 +151,10 @@ def warm(tab):
         each.scroll_into_view_if_needed()
         name = each.get_attribute("data-function")
         for s in each.locator(".livefig-controls input[type=range]").all():
-            python_ms, input_ms = _warm_moves(tab, each, s, WARM_MOVES)
+            python_ms, input_ms, place_ms = _warm_moves(tab, each, s, WARM_MOVES)
             sliders[f"{name}.{s.get_attribute('name')}"] = {
                 "python median ms": round(statistics.median(python_ms), 1),
+                "SVG in place median ms": round(statistics.median(place_ms), 1),
                 "input to drawn median ms": round(statistics.median(input_ms), 1),
                 "input to drawn max ms": round(max(input_ms), 1),
             }

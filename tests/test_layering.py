@@ -20,6 +20,7 @@ Imports anywhere in a file count, also those inside functions.
 import ast
 import pathlib
 import re
+import subprocess
 import sys
 
 import pytest
@@ -146,3 +147,38 @@ def test_the_layering_test_can_fail(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    from mylib.figures import svg\n")
     assert {_layer(n) for n in _imports(bad)} >= {"figures"}
+
+
+def test_what_mylib_exports_comes_from_the_library_itself():
+    # mylib/__init__.py imports each exported name on first use (PEP 562)
+    import mylib
+
+    for name, module in mylib._EXPORTS.items():
+        assert _layer(module) == "library", f"mylib.{name} comes from {module}"
+        assert getattr(mylib, name).__module__ == module, name
+
+
+def test_models_and_the_planner_start_without_torch():
+    # standard library only, as in the browser: neither imports torch
+    models = [f"mylib.models.{p.stem}" for p in _modules(MYLIB / "models")]
+    code = (
+        "import runpy, sys\n"
+        f"for m in {models!r}:\n"
+        "    __import__(m)\n"
+        "sys.argv = ['plan', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('mylib.plan', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=MYLIB.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = done.stdout.strip().splitlines()[-1]
+    assert imported == "[]", f"the models or python -m mylib.plan import {imported}"

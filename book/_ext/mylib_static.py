@@ -52,7 +52,8 @@ def copy_mylib(app, exception):
         target = browser.module_path(name, dest)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy2(browser.module_path(name, MYLIB), target)
-    # The browser's mylib is a bare package: its real __init__ imports torch.
+    # The browser's mylib is a bare package: the real __init__ names the library's
+    # classes, which need torch.
     with open(os.path.join(dest, "__init__.py"), "w", encoding="utf-8") as f:
         f.write(
             '"""mylib in the browser: only its standard-library modules '

@@ -23,8 +23,9 @@
  * live, error), data-renders (how many redraws so far), data-positions (the
  * slider positions of the drawing shown), data-render-ms (the last redraw's
  * Python time, in the worker), data-draw-ms (from sending the positions to the
- * drawing in place) and data-input-ms (from the slider's input event to that
- * drawing in place); <html data-livefig-python> says idle, loading, ready or
+ * drawing in place), data-place-ms (putting the returned SVG in place) and
+ * data-input-ms (from the slider's input event to that drawing in place);
+ * <html data-livefig-python> says idle, loading, ready or
  * error, window.mylibLivefig.loadMs how long Python took to load, and
  * window.mylibLivefig.run(script, globals, modules) runs Python in the worker
  * (a promise of the script's last value, converted to JavaScript).
@@ -145,12 +146,14 @@
         fig._inputAt = null;
         var sent = performance.now();
         var answer = await ask(renderRequest(fig, positions));
+        var arrived = performance.now();
         fig.querySelector(".livefig-figure").innerHTML = answer.result;
         keepNaturalWidth(fig);
         var done = performance.now();
         fig.dataset.positions = JSON.stringify(positions);
         fig.dataset.renderMs = answer.ms.toFixed(1);
         fig.dataset.drawMs = (done - sent).toFixed(1);
+        fig.dataset.placeMs = (done - arrived).toFixed(1);
         if (inputAt != null) fig.dataset.inputMs = (done - inputAt).toFixed(1);
         fig.dataset.renders = String(Number(fig.dataset.renders || 0) + 1);
         setStatus(fig, "live", "Live: drawn by " + where + " running in your browser (Pyodide), " +

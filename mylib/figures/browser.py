@@ -14,8 +14,8 @@ The book's Sphinx extension (``book/_ext/mylib_static.py``) copies every such
 module into the built site (``_static/mylib/``, same folders);
 :class:`mylib.figures.livefig.LiveFigure` names the modules its render
 function needs. The extension loads this file by path, without importing the
-``mylib`` package (whose ``__init__`` imports torch), so it imports the
-standard library only.
+``mylib`` package (whose ``__init__`` names the library's classes, which need
+torch), so it imports the standard library only.
 """
 
 import ast

@@ -31,7 +31,7 @@ def parser():
                 f.flag,
                 action=argparse.BooleanOptionalAction,
                 default=f.default,
-                help=f.label,
+                help=f.label.replace("%", "%%"),  # argparse formats help with %
             )
         elif f.name == "nccl_tests":
             ap.add_argument(
@@ -45,7 +45,7 @@ def parser():
                 f.flag,
                 default=f.default,
                 metavar=f.kind.upper(),
-                help=f"{f.label} (default: {f.default})",
+                help=f"{f.label} (default: {f.default})".replace("%", "%%"),
             )
     ap.add_argument(
         "--explain", action="store_true", help="print how every number is derived"
