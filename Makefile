@@ -31,7 +31,8 @@ help:
 # compile torch again at each import. pip compiles one file at a time (50 of the
 # 80 s of the install on 2 cores); compileall -j 0 uses every core. Like pip, it
 # leaves the few files written in a newer Python's syntax uncompiled (their errors
-# are not shown).
+# are not shown). The test suites that packages ship (folders named tests/: 1,530
+# of the 10,853 files, 12% of the bytes) are never imported, so not compiled.
 # First, whether the Python is new enough for the lock (pyproject.toml's
 # requires-python; book/_ext/python_version.py says so in a sentence).
 $(STAMP): $(LOCK) requirements.txt pyproject.toml
@@ -40,7 +41,7 @@ $(STAMP): $(LOCK) requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q -U pip
 	$(BIN)/python -m pip install -q --no-compile -r $(LOCK)
 	$(BIN)/python -m pip install -q --no-deps -e .
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
+	$(BIN)/python -m compileall -q -j 0 -x '/tests/' $(VENV)/lib > /dev/null || true
 	$(BIN)/python book/_ext/write_lock.py --check requirements.txt $(LOCK)
 	@touch $@
 

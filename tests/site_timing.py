@@ -103,16 +103,32 @@ def while_loading(tab):
     }
 
 
+# After a redraw: once the drawing is on screen (two animation frames later), what
+# the figure says about it, read in one call.
+DRAWN_JS = """([fig, slider]) => new Promise(done => requestAnimationFrame(() =>
+  requestAnimationFrame(() => done({
+    state: fig.dataset.state,
+    shown: JSON.parse(fig.dataset.positions)[slider.name],
+    value: slider.value,
+    python: Number(fig.dataset.renderMs),
+    input: Number(fig.dataset.inputMs),
+    place: Number(fig.dataset.placeMs),
+  }))))"""
+
+
 def _warm_moves(tab, fig, slider, moves, key="ArrowRight"):
     """``moves`` redraws of ``fig`` by ``slider``, one key press each.
 
-    Their times (ms): Python's (data-render-ms) and from the key's input event to
-    the drawing in place (data-input-ms). The keys go back and forth between the
-    slider's ends, so that every move changes the value; each drawing must show
-    the slider's new value.
+    Their times (ms): Python's (data-render-ms), putting the SVG in place
+    (data-place-ms) and from the key's input event to the drawing in place
+    (data-input-ms). The keys go back and forth between the slider's ends, so
+    that every move changes the value; each drawing must show the slider's new
+    value. Each key is pressed once the last drawing is on screen, as a reader
+    who looks at it does (not while the page still paints it).
     """
     slider.focus()
     python_ms, input_ms, place_ms = [], [], []
+    handles = [fig.element_handle(), slider.element_handle()]
     for _ in range(moves):
         renders = int(fig.get_attribute("data-renders") or 0)
         at = slider.evaluate(
@@ -122,13 +138,12 @@ def _warm_moves(tab, fig, slider, moves, key="ArrowRight"):
         key = "ArrowLeft" if at == 1 else "ArrowRight" if at == -1 else key
         slider.press(key)
         wait_drawn(tab, fig, renders)
-        assert fig.get_attribute("data-state") == "live", fig.inner_text()
-        value = slider.input_value()
-        positions = json.loads(fig.get_attribute("data-positions"))
-        assert float(positions[slider.get_attribute("name")]) == float(value)
-        python_ms.append(float(fig.get_attribute("data-render-ms")))
-        input_ms.append(float(fig.get_attribute("data-input-ms")))
-        place_ms.append(float(fig.get_attribute("data-place-ms")))
+        seen = tab.evaluate(DRAWN_JS, handles)
+        assert seen["state"] == "live", fig.inner_text()
+        assert float(seen["shown"]) == float(seen["value"])
+        python_ms.append(seen["python"])
+        input_ms.append(seen["input"])
+        place_ms.append(seen["place"])
     return python_ms, input_ms, place_ms
 
 
