@@ -42,12 +42,15 @@ Standard library only: the chapter's slider figure runs this file in the
 reader's browser (Pyodide).
 """
 
+import operator
+
 from mylib.models import timeline as tl
 from mylib.models.buckets import assign_buckets
 from mylib.models.cluster import ring_alpha_beta
 from mylib.models.costmodel import ring_all_gather_time, ring_reduce_scatter_time
 
 COMPUTE, COMM = tl.COMPUTE, tl.COMM
+_START_END = operator.attrgetter("start_s", "end_s")  # spans in time order
 
 
 def cluster_link(cluster, ranks):
@@ -75,13 +78,13 @@ class Zero3Timeline:
     """
 
     def __init__(self, spans, name, peak_gathered_bytes):
-        self.spans = sorted(spans, key=lambda s: (s.start_s, s.end_s))
+        self.spans = sorted(spans, key=_START_END)
         self.name, self.lanes, self.start_s = name, (COMPUTE, COMM), 0.0
         compute = [s for s in self.spans if s.lane == COMPUTE]
         self.step_s = max(s.end_s for s in self.spans)
-        self.compute_s = sum(s.duration_s for s in compute)
+        self.compute_s = sum(s.end_s - s.start_s for s in compute)
         self.waiting_s = self.step_s - self.compute_s
-        self.comm_s = sum(s.duration_s for s in self.spans if s.lane == COMM)
+        self.comm_s = sum(s.end_s - s.start_s for s in self.spans if s.lane == COMM)
         self.backward_end_s = max(s.end_s for s in compute if s.kind == "backward")
         self.n_gathers = sum(s.kind == "allgather" for s in self.spans)
         self.peak_gathered_bytes = peak_gathered_bytes
@@ -115,13 +118,20 @@ def zero3_step(
     """
     layers = list(reversed(tl._check(layers)))  # forward order
     n, alpha, bw = link.ranks, link.alpha_s, link.bandwidth
+    sizes = [layer.nbytes for layer in layers]
     # whole: (from, to, bytes) while a layer's parameters are whole
     spans, link_free, whole = [], 0.0, []
+    # a collective's time, by its kind and bytes: one ring formula per layer size
+    # (a slider figure plays this for dozens of layers per redraw)
+    seconds = {}
 
     def on_link(kind, ready, nbytes, label, cost):
         nonlocal link_free
         start = max(ready, link_free)
-        link_free = start + cost(nbytes, n, alpha, bw)
+        took = seconds.get((kind, nbytes))
+        if took is None:
+            took = seconds[kind, nbytes] = cost(nbytes, n, alpha, bw)
+        link_free = start + took
         spans.append(
             tl.Span(COMM, kind, start, link_free, label, nbytes=nbytes, ready_s=ready)
         )
@@ -135,7 +145,7 @@ def zero3_step(
         gathers[i] = on_link(
             "allgather",
             ready,
-            layers[i].nbytes,
+            sizes[i],
             f"gather {layers[i].name}",
             ring_all_gather_time,
         )
@@ -152,7 +162,7 @@ def zero3_step(
             gather(i + 1, begin)
         t = compute("forward", begin, layer.backward_s * forward_ratio, layer.name)
         if reshard_after_forward:
-            whole.append((gathers[i][0], t, layer.nbytes))
+            whole.append((gathers[i][0], t, sizes[i]))
     # Backward, last layer first: gather again (unless kept whole), compute,
     # reduce-scatter the gradient.
     kept = {} if reshard_after_forward else gathers
@@ -164,11 +174,11 @@ def zero3_step(
         if prefetch and i > 0 and i - 1 not in gathers:
             gather(i - 1, begin)
         t = compute("backward", begin, layers[i].backward_s, layers[i].name)
-        whole.append((gathers[i][0], t, layers[i].nbytes))
+        whole.append((gathers[i][0], t, sizes[i]))
         _, last_reduce = on_link(
             "reducescatter",
             t,
-            layers[i].nbytes,
+            sizes[i],
             f"reduce-scatter {layers[i].name}",
             ring_reduce_scatter_time,
         )
