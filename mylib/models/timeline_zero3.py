@@ -118,20 +118,13 @@ def zero3_step(
     """
     layers = list(reversed(tl._check(layers)))  # forward order
     n, alpha, bw = link.ranks, link.alpha_s, link.bandwidth
-    sizes = [layer.nbytes for layer in layers]
     # whole: (from, to, bytes) while a layer's parameters are whole
     spans, link_free, whole = [], 0.0, []
-    # a collective's time, by its kind and bytes: one ring formula per layer size
-    # (a slider figure plays this for dozens of layers per redraw)
-    seconds = {}
 
     def on_link(kind, ready, nbytes, label, cost):
         nonlocal link_free
         start = max(ready, link_free)
-        took = seconds.get((kind, nbytes))
-        if took is None:
-            took = seconds[kind, nbytes] = cost(nbytes, n, alpha, bw)
-        link_free = start + took
+        link_free = start + cost(nbytes, n, alpha, bw)
         spans.append(
             tl.Span(COMM, kind, start, link_free, label, nbytes=nbytes, ready_s=ready)
         )
@@ -145,7 +138,7 @@ def zero3_step(
         gathers[i] = on_link(
             "allgather",
             ready,
-            sizes[i],
+            layers[i].nbytes,
             f"gather {layers[i].name}",
             ring_all_gather_time,
         )
@@ -162,7 +155,7 @@ def zero3_step(
             gather(i + 1, begin)
         t = compute("forward", begin, layer.backward_s * forward_ratio, layer.name)
         if reshard_after_forward:
-            whole.append((gathers[i][0], t, sizes[i]))
+            whole.append((gathers[i][0], t, layer.nbytes))
     # Backward, last layer first: gather again (unless kept whole), compute,
     # reduce-scatter the gradient.
     kept = {} if reshard_after_forward else gathers
@@ -174,11 +167,11 @@ def zero3_step(
         if prefetch and i > 0 and i - 1 not in gathers:
             gather(i - 1, begin)
         t = compute("backward", begin, layers[i].backward_s, layers[i].name)
-        whole.append((gathers[i][0], t, sizes[i]))
+        whole.append((gathers[i][0], t, layers[i].nbytes))
         _, last_reduce = on_link(
             "reducescatter",
             t,
-            sizes[i],
+            layers[i].nbytes,
             f"reduce-scatter {layers[i].name}",
             ring_reduce_scatter_time,
         )
