@@ -42,15 +42,12 @@ Standard library only: the chapter's slider figure runs this file in the
 reader's browser (Pyodide).
 """
 
-import operator
-
 from mylib.models import timeline as tl
 from mylib.models.buckets import assign_buckets
 from mylib.models.cluster import ring_alpha_beta
 from mylib.models.costmodel import ring_all_gather_time, ring_reduce_scatter_time
 
 COMPUTE, COMM = tl.COMPUTE, tl.COMM
-_START_END = operator.attrgetter("start_s", "end_s")  # spans in time order
 
 
 def cluster_link(cluster, ranks):
@@ -78,13 +75,13 @@ class Zero3Timeline:
     """
 
     def __init__(self, spans, name, peak_gathered_bytes):
-        self.spans = sorted(spans, key=_START_END)
+        self.spans = sorted(spans, key=lambda s: (s.start_s, s.end_s))
         self.name, self.lanes, self.start_s = name, (COMPUTE, COMM), 0.0
         compute = [s for s in self.spans if s.lane == COMPUTE]
         self.step_s = max(s.end_s for s in self.spans)
-        self.compute_s = sum(s.end_s - s.start_s for s in compute)
+        self.compute_s = sum(s.duration_s for s in compute)
         self.waiting_s = self.step_s - self.compute_s
-        self.comm_s = sum(s.end_s - s.start_s for s in self.spans if s.lane == COMM)
+        self.comm_s = sum(s.duration_s for s in self.spans if s.lane == COMM)
         self.backward_end_s = max(s.end_s for s in compute if s.kind == "backward")
         self.n_gathers = sum(s.kind == "allgather" for s in self.spans)
         self.peak_gathered_bytes = peak_gathered_bytes
