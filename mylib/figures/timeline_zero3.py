@@ -20,6 +20,7 @@ import functools
 
 from mylib.figures.livefig import choices, node_sliders, steps
 from mylib.figures.spans import (
+    box,
     draw_boxes,
     lane_markup,
     paint,
@@ -64,23 +65,6 @@ SENT_SHARE = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}
 def _paint(kind, lighter):
     """A box's paint, by its span's kind and whether it is the lighter of two."""
     return paint(FILLS.get(kind, PALETTE["idle"]), 0.75 if lighter else None)
-
-
-def _box(span, lighter, x_of):
-    """:func:`mylib.figures.spans.box` of ``span``, with ``x_of``'s arithmetic inline.
-
-    A redraw makes hundreds: Pyodide pays for every call.
-    """
-    left, width, t_max = x_of.left, x_of.width, x_of.t_max
-    return [
-        left + width * span.start_s / t_max,
-        left + width * span.end_s / t_max,
-        _paint(span.kind, lighter),
-        1,
-        span,
-        span,
-        span.nbytes,
-    ]
 
 
 def _span_tip(box_, t0=0.0):
@@ -254,13 +238,13 @@ def zero3_timeline_figure(
     for k, row in enumerate(rows):
         y = top + k * ROW_H
         fig.text(LEFT, y + 12, row.name, size=12, weight="bold")
-        on_lane = {tl.COMPUTE: [], tl.COMM: []}
-        for s in row.spans:
-            on_lane[s.lane].append(s)
         for lane, ly in lane_heights((tl.COMPUTE, tl.COMM), y).items():
             draw_lane(fig, lane, ly, x_of(0), x_of(row.step_s), LEFT)
-            # every other box lighter: neighbouring boxes stand apart
-            boxes = [_box(s, i % 2, x_of) for i, s in enumerate(on_lane[lane])]
+            boxes = [
+                # every other box lighter: neighbouring boxes stand apart
+                box(x_of(s.start_s), x_of(s.end_s), _paint(s.kind, i % 2), s)
+                for i, s in enumerate(x for x in row.spans if x.lane == lane)
+            ]
             draw_boxes(fig, lane_markup(boxes, _span_tip), ly)
             if lane == tl.COMPUTE:
                 draw_waiting(fig, _idle(row.spans, row.step_s), x_of, ly)
