@@ -43,6 +43,8 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from mylib import _EXPORTS
+
 HOST = "127.0.0.1"
 
 
@@ -167,11 +169,10 @@ def run_ranks(
 
 # What the fork server imports once, so that no rank has to. torch.optim and
 # DDP import torch._dynamo on first use: seconds per rank on a busy machine. Then
-# the modules of the classes mylib exports (mylib/__init__.py imports them only
-# when first used).
-_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "cloudpickle", __name__]
-_PRELOAD += ["mylib.checkpoint", "mylib.ddp", "mylib.zero1", "mylib.zero2"]
-_PRELOAD += ["mylib.zero3"]
+# the modules of the classes mylib exports, this one among them (mylib/__init__.py
+# imports them only when first used).
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "cloudpickle"]
+_PRELOAD += sorted(set(_EXPORTS.values()))
 
 
 def preload_in_ranks(*module_names):

@@ -26,12 +26,13 @@ def parser():
         "checkpoints and the lines to run it, every number derived.",
     )
     for f in inputs.FIELDS:
+        label = f.label.replace("%", "%%")  # argparse formats help with %
         if f.kind == "bool":
             ap.add_argument(
                 f.flag,
                 action=argparse.BooleanOptionalAction,
                 default=f.default,
-                help=f.label.replace("%", "%%"),  # argparse formats help with %
+                help=label,
             )
         elif f.name == "nccl_tests":
             ap.add_argument(
@@ -45,7 +46,7 @@ def parser():
                 f.flag,
                 default=f.default,
                 metavar=f.kind.upper(),
-                help=f"{f.label} (default: {f.default})".replace("%", "%%"),
+                help=f"{label} (default: {f.default})",
             )
     ap.add_argument(
         "--explain", action="store_true", help="print how every number is derived"
