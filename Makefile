@@ -11,7 +11,7 @@ VENDOR := vendor/.stamp
 NB_SANITIZE := tests/nbval_sanitize.cfg
 export PYTHONHASHSEED := 0
 
-.PHONY: setup practice-manifest book test lint format test-unit test-notebooks test-portable test-budget test-book test-browser test-practice lab lab-copies bench notebooks lock clean help
+.PHONY: setup ready practice-manifest book test lint format test-unit test-notebooks test-portable test-budget test-book test-browser test-practice lab lab-copies bench notebooks lock clean help
 
 help:
 	@echo "make setup  - create the Python environment (.venv) alone: enough for the judge"
@@ -25,7 +25,10 @@ help:
 	@echo "make lock   - pin every package requirements.txt brings in ($(LOCK))"
 
 # The virtual environment is installed from the lock (exact versions of
-# everything requirements.txt brings in), again whenever either changes. Every
+# everything requirements.txt brings in), again whenever either changes. pip
+# installs one package after another on one core, and torch's wheel takes 40% of
+# that (11 of 28 s here), so it installs beside the rest, each pip with --no-deps:
+# the lock names every package, and `pip check` then confirms that they agree. Every
 # module is byte-compiled once, here: where PYTHONDONTWRITEBYTECODE is set (as on
 # this project's machines), nothing compiled later is kept, and every process would
 # compile torch again at each import. pip compiles one file at a time (50 of the
@@ -39,7 +42,11 @@ $(STAMP): $(LOCK) requirements.txt pyproject.toml
 	@$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) book/_ext/python_version.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
-	$(BIN)/python -m pip install -q --no-compile -r $(LOCK)
+	grep -v '^torch==' $(LOCK) > $(VENV)/lock-without-torch.txt
+	$(BIN)/python -m pip install -q --no-compile --no-deps $$(grep '^torch==' $(LOCK)) & \
+	  $(BIN)/python -m pip install -q --no-compile --no-deps -r $(VENV)/lock-without-torch.txt \
+	  && wait $$! || { wait; exit 1; }
+	$(BIN)/python -m pip check
 	$(BIN)/python -m pip install -q --no-deps -e .
 	$(BIN)/python -m compileall -q -j 0 -x '/tests/' $(VENV)/lib > /dev/null || true
 	$(BIN)/python book/_ext/write_lock.py --check requirements.txt $(LOCK)
@@ -49,6 +56,12 @@ $(STAMP): $(LOCK) requirements.txt pyproject.toml
 # finds it by itself.
 setup: $(STAMP)
 	@echo "The environment is ready: python practice/judge.py"
+
+# The environment and the JavaScript the site serves (book/vendor.sh, mostly
+# waiting on the npm registry) are made side by side; each one's output is printed
+# when it is done (-O).
+ready:
+	@$(MAKE) --no-print-directory -j 2 -O $(STAMP) $(VENDOR)
 
 # After changing an exercise's files: the judge refuses files that differ from it.
 practice-manifest:
@@ -69,7 +82,7 @@ $(VENDOR): book/vendor.sh
 	bash book/vendor.sh vendor
 	@touch $@
 
-book: $(STAMP) $(VENDOR)
+book: ready
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@echo
 	@echo "The site is in _build/html. Open _build/html/index.html in a browser,"
@@ -86,7 +99,7 @@ book: $(STAMP) $(VENDOR)
 TEST_STAGES := lint test-budget test-book bg:test-browser test-unit+test-practice \
   test-notebooks test-portable
 
-test: $(STAMP) $(VENDOR)
+test: ready
 	@MAKE="$(MAKE)" bash tests/run_stages.sh $(TEST_STAGES)
 
 # Every launch of ranks opens TCP connections on 127.0.0.1, and torch's c10d names
