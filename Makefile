@@ -89,14 +89,15 @@ book: ready
 	@echo "or serve it: $(BIN)/python -m http.server -d _build/html 8000  (then http://127.0.0.1:8000)"
 
 # The stages of `make test`, in order; it stops at the first that fails, and
-# prints how long each took. Two cores: the browser's visits (on the site, built
-# first from the stored outputs, which test-notebooks then proves current) wait on
-# pages much of their time and use about one core, so they run in the background
-# ("&") beside every later stage; the library's tests and the judge's share nothing
-# and run side by side ("+"); the pytest stages that run many short, independent
-# files spread them over two workers (-n 2; a file stays on one worker, so its
-# module fixtures are made once). tests/run_stages.sh runs the list.
-TEST_STAGES := lint test-budget test-book bg:test-browser test-unit+test-practice \
+# prints how long each took. Two cores: the site's build (one core; from the
+# stored outputs, which test-notebooks then proves current) and then the browser's
+# visits of it (which wait on pages much of their time and use about one core) run
+# in the background ("bg:", in that order) beside every later stage; the library's
+# tests and the judge's share nothing and run side by side ("+"); the pytest stages
+# that run many short, independent files spread them over two workers (-n 2; a file
+# stays on one worker, so its module fixtures are made once). tests/run_stages.sh
+# runs the list.
+TEST_STAGES := lint test-budget bg:test-book,test-browser test-unit+test-practice \
   test-notebooks test-portable
 
 test: ready
@@ -156,8 +157,11 @@ test-book: $(STAMP) $(VENDOR)
 	rm -rf _build/html
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
+# Only the files that hold browser tests: collecting the others imports torch and
+# all the library's tests need (8 s of CPU), to deselect them.
+BROWSER_TESTS = $(shell grep -l 'pytest.mark.browser' tests/test_*.py)
 test-browser: $(STAMP)
-	$(TEST_ENV) $(BIN)/python -m pytest -q tests -m browser -p no:cacheprovider -rs
+	$(TEST_ENV) $(BIN)/python -m pytest -q $(BROWSER_TESTS) -m browser -p no:cacheprovider -rs
 
 # Then each notebook gets the kernelspec JupyterLab writes, so that opening it
 # in `make lab` does not mark it modified (book/_ext/lab_notebooks.py).

@@ -4,10 +4,12 @@
 # is printed whole once all are done. "bg:a" starts stage a in the background, beside
 # every later step (the browser's visits, which wait on pages much of their time and
 # use about one core): its log is printed, and its status counted, at the end.
-# Stops at the first step that fails (a background stage still running is stopped
-# then); prints how long each stage took (one that ran beside others: from the
-# step's start to its end).
-#   usage: tests/run_stages.sh lint bg:test-browser test-unit+test-practice ...
+# "bg:a,b" runs a then b in the background (b only if a passed): the site's build
+# (one core) and then the browser's visits of it.
+# Stops at the first step that fails, or after the step during which a background
+# stage failed (a background stage still running is stopped then); prints how long
+# each stage took (one that ran beside others: from the step's start to its end).
+#   usage: tests/run_stages.sh lint bg:test-book,test-browser test-unit+test-practice ...
 set -u
 make=${MAKE:-make}
 logs=$(mktemp -d)
@@ -33,6 +35,35 @@ run_logged() {  # run stage $1 into its log; record status and end time
   date +%s > "$logs/$1.end"
 }
 
+run_chain() {  # run stages $1, $2... in order, each logged; after a failure, none
+  failed=""
+  for part in "$@"; do
+    if [ -n "$failed" ]; then  # not run: recorded as failed, after the one that did
+      echo "not run: $failed failed" > "$logs/$part.log"
+      date +%s > "$logs/$part.end"
+      echo 1 > "$logs/$part.rc"
+      continue
+    fi
+    run_logged "$part"
+    [ "$(cat "$logs/$part.rc")" = 0 ] || failed=$part
+  done
+}
+
+report_background_failure() {  # a background stage that failed: its log, and stop
+  for part in "${background[@]}"; do
+    if [ -f "$logs/$part.rc" ] && [ "$(cat "$logs/$part.rc")" != 0 ]; then
+      print_logged "$part" "$(started "$part")"
+      printf "\nmake test: %s failed. Stage times:\n$times" "$part"
+      exit "$(cat "$logs/$part.rc")"
+    fi
+  done
+}
+
+started() {  # when background stage $1 started: the chain's start, or the end before
+  if [ -f "$logs/$1.after" ]; then cat "$logs/$(cat "$logs/$1.after").end"
+  else cat "$logs/$1.start"; fi
+}
+
 print_logged() {  # print stage $1's log; add its time since $2 to the times
   printf '\n----- %s -----\n' "$1"
   cat "$logs/$1.log"
@@ -43,12 +74,17 @@ for step in "$@"; do
   start=$(date +%s)
   status=0
   if [ "${step:0:3}" = "bg:" ]; then
-    part=${step:3}
-    echo "make test: $part runs in the background, beside the stages after it (its log follows at the end)"
-    setsid bash -c "$(declare -f run_logged); make='$make' logs='$logs'; run_logged $part" &
-    echo $! > "$logs/$part.pid"
-    echo "$start" > "$logs/$part.start"
-    background+=("$part")
+    IFS=, read -ra chain <<< "${step:3}"
+    echo "make test: ${chain[*]} run in the background, in that order, beside the stages after them (their logs follow at the end)"
+    setsid bash -c "$(declare -f run_logged run_chain); make='$make' logs='$logs'; run_chain ${chain[*]}" &
+    for part in "${chain[@]}"; do
+      echo $! > "$logs/$part.pid"  # the chain's process group
+      background+=("$part")
+    done
+    echo "$start" > "$logs/${chain[0]}.start"
+    for ((i = 1; i < ${#chain[@]}; i++)); do  # a stage's time starts when the one before ends
+      echo "${chain[i-1]}" > "$logs/${chain[i]}.after"
+    done
     continue
   fi
   IFS=+ read -ra parts <<< "$step"
@@ -72,10 +108,11 @@ for step in "$@"; do
     printf "\nmake test: %s failed. Stage times:\n$times" "$step"
     exit "$status"
   fi
+  report_background_failure
 done
 for part in "${background[@]}"; do
   while [ ! -f "$logs/$part.rc" ]; do sleep 1; done
-  print_logged "$part" "$(cat "$logs/$part.start")"
+  print_logged "$part" "$(started "$part")"
   if [ "$(cat "$logs/$part.rc")" != 0 ]; then
     printf "\nmake test: %s failed. Stage times:\n$times" "$part"
     exit "$(cat "$logs/$part.rc")"
