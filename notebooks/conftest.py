@@ -9,12 +9,16 @@ skipped, unless a compared cell needs what it computes (tag
 a compared cell tagged ``nbval-no-floats``: it prints no number that a floating-point
 kernel computes (counts, settings, the True or False of a comparison of two runs
 on the same machine), which tests/test_notebook_outputs.py checks of its stored
-output; chapter 9's restarts under torchrun are such cells, a minute each.
+output; chapter 9's restarts under torchrun are such cells, a minute each. And so
+is a cell tagged ``nbval-portable-test:FILE::TEST``: that test of tests/ runs the
+cell's computation under the same kernels and asserts the cell's claims
+(tests/portable_kernels.py), as for chapter 5's training runs, half a minute.
 """
 
 import os
 
 COMPARED_ONLY = os.environ.get("NBVAL_COMPARED_ONLY") == "1"
+PORTABLE_TEST = "nbval-portable-test:"  # then FILE::TEST, under tests/
 
 
 def _tags(item):
@@ -29,7 +33,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         tags = _tags(item)
         ignored = "nbval-ignore-output" in tags and "nbval-portable" not in tags
-        if ignored or "nbval-no-floats" in tags:
+        tested = any(tag.startswith(PORTABLE_TEST) for tag in tags)
+        if ignored or tested or "nbval-no-floats" in tags:
             skipped.append(item)
         else:
             keep.append(item)

@@ -26,6 +26,17 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
 
 
+def pytest_collection_modifyitems(items):
+    """Files that hold a slow test first (stable otherwise).
+
+    ``make test`` spreads files over two workers (``--dist loadfile``), each taking
+    the next file in this order when it is free: a long file taken last would leave
+    the other worker idle at the end.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 def _browser():
     return pytest.importorskip(
         "browser", reason="tests/browser.py (shared browser helpers) is missing"

@@ -78,6 +78,7 @@ def _left_behind(out):
     return found
 
 
+@pytest.mark.slow
 def test_a_crashed_worker_rejoins_while_the_survivor_is_busy(tmp_path, reference):
     out = tmp_path / "run"
     faults = ["--fault", "13:B:exit", "--fault", "13:A:busy"]
@@ -108,6 +109,7 @@ def test_a_crashed_worker_rejoins_while_the_survivor_is_busy(tmp_path, reference
     assert cr.same_state(cr.final_state(out), reference[0.2])
 
 
+@pytest.mark.slow
 def test_membership_shrinks_and_grows_and_every_round_starts_clean(tmp_path, reference):
     out = tmp_path / "run"
     faults = ["--fault", "7:B:freeze", "--fault", "12:A:busy", "--timeout-s", 5]

@@ -12,15 +12,25 @@ tagged ``nbval-no-floats`` (notebooks/conftest.py), so this test holds them to
 it: no decimal fraction and no exponent in their stored outputs.
 """
 
+import ast
+import importlib.util
 import json
 import pathlib
 import re
 
 import pytest
 
-NOTEBOOKS = sorted(
-    (pathlib.Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# notebooks/conftest.py, which decides what make test-portable runs (tests/ has a
+# conftest.py of its own, so it is loaded under another name)
+_spec = importlib.util.spec_from_file_location(
+    "notebooks_conftest", ROOT / "notebooks" / "conftest.py"
 )
+notebooks_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(notebooks_conftest)
+PORTABLE_TEST = notebooks_conftest.PORTABLE_TEST
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 # A printed value (8.3e-17); a bound is printed without decimals ("below 1e-12").
 SMALL = re.compile(r"\b\d\.\d+e-(\d+)\b")
 # Lines that print a constant, not a computed difference: the formats' own
@@ -123,3 +133,59 @@ def test_cells_the_portable_run_skips_print_no_float(notebook):
 def test_the_check_sees_a_float_in_a_no_floats_cell(tmp_path):
     notebook = one_cell_notebook(tmp_path, "3 steps\nloss 2.410\n", ["nbval-no-floats"])
     assert float_lines(notebook) == [(0, "loss 2.410")]
+
+
+def portable_tests(notebook):
+    """``(cell index, file, test)`` of each cell whose portable check a test makes
+    (tag ``nbval-portable-test:FILE::TEST``, notebooks/conftest.py)."""
+    found = []
+    cells = json.loads(notebook.read_text())["cells"]
+    code = [c for c in cells if c["cell_type"] == "code"]
+    for i, cell in enumerate(code):
+        for tag in cell["metadata"].get("tags", []):
+            if tag.startswith(PORTABLE_TEST):
+                file, _, test = tag[len(PORTABLE_TEST) :].partition("::")
+                found.append((i, file, test))
+    return found
+
+
+def runs_on_portable_kernels(file, test):
+    """Whether ``test``, a function of tests/``file``, uses tests/portable_kernels.py
+    (``run_ranks_on_portable_kernels``, or ``portable_kernels.ENV``)."""
+    path = pathlib.Path(__file__).resolve().parent / file
+    if not path.is_file():
+        return False
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef) and node.name == test:
+            return any(
+                isinstance(name, ast.Name)
+                and name.id in ("run_ranks_on_portable_kernels", "portable_kernels")
+                for name in ast.walk(node)
+            )
+    return False
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_cells_left_to_a_test_are_run_by_it_on_the_portable_kernels(notebook):
+    bad = [
+        f"cell {i}: {file}::{test}"
+        for i, file, test in portable_tests(notebook)
+        if not runs_on_portable_kernels(file, test)
+    ]
+    assert not bad, (
+        f"{notebook.name}: make test-portable skips these cells for a test that does "
+        "not run on the portable kernels (tests/portable_kernels.py); fix the tag or "
+        "the test:\n" + "\n".join(bad)
+    )
+
+
+def test_the_check_sees_a_test_that_is_not_on_the_portable_kernels(tmp_path):
+    tag = PORTABLE_TEST + "test_notebook_outputs.py::one_cell_notebook"
+    notebook = one_cell_notebook(tmp_path, "3 steps\n", [tag])
+    assert portable_tests(notebook) == [
+        (0, "test_notebook_outputs.py", "one_cell_notebook")
+    ]
+    assert not runs_on_portable_kernels("test_notebook_outputs.py", "one_cell_notebook")
+    assert runs_on_portable_kernels(
+        "test_powersgd.py", "test_training_with_compression"
+    )

@@ -16,6 +16,7 @@ import pathlib
 import shutil
 import subprocess
 
+import portable_kernels
 import pytest
 import torch
 from torch import nn
@@ -51,20 +52,22 @@ def one_process(reshuffle=True):
     return model.state_dict()
 
 
-def _launch(script, cwd, nproc):
+def _launch(script, cwd, nproc, env=None):
     cwd.mkdir()
-    done = run_torchrun(script, cwd, nproc=nproc, timeout=LIMIT_S)
+    done = run_torchrun(script, cwd, nproc=nproc, timeout=LIMIT_S, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
 @pytest.mark.slow
 def test_the_plain_pytorch_script_trains_as_one_process_does(tmp_path):
+    """On the portable kernels (tests/portable_kernels.py): nbval runs the quick
+    start's launches on this machine's own, and make test-portable leaves them here."""
     script = tmp_path / "quickstart_torch_ddp.py"
     shutil.copy(SCRIPTS / script.name, script)  # on the workers' command lines
     models = {}
     for n in (2, 1):
-        done = _launch(script, tmp_path / f"{n}-processes", n)
+        done = _launch(script, tmp_path / f"{n}-processes", n, portable_kernels.ENV)
         assert done.stdout == f"rank 0 of {n} (gloo): 3 epochs, model.pt saved\n"
         models[n] = torch.load(tmp_path / f"{n}-processes" / "model.pt")
     assert left_behind(script) == []

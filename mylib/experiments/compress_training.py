@@ -5,7 +5,8 @@ text every Python ships as ``pydoc_data.topics``) from the characters before
 it, with a small MLP, on every rank of a process group.
 :func:`compare_training` runs the chapter's table (:data:`RUNS`): the loss
 curve, the held-out loss and the bytes per step of each hook;
-``tests/test_powersgd.py`` asserts the chapter's claims on the same runs.
+``tests/test_powersgd.py`` asserts the chapter's claims on the same runs, under
+the portable CPU kernels (``tests/portable_kernels.py``).
 :func:`gradient_spectrum` shows how close to low rank this model's gradients
 are, the bet PowerSGD makes.
 """

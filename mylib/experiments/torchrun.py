@@ -29,9 +29,10 @@ def worker_env(**extra):
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **extra}
 
 
-def run_torchrun(script, nproc=2, args=(), cwd=None, timeout_s=300):
+def run_torchrun(script, nproc=2, args=(), cwd=None, timeout_s=300, env=None):
     """``torchrun --standalone --nproc-per-node=nproc script *args`` in ``cwd``.
 
+    ``env``: more environment variables, for ``torchrun`` and its workers.
     Returns the finished ``subprocess.CompletedProcess``, output captured as
     text. Past ``timeout_s`` seconds ``torchrun`` and every process it started
     are killed, and ``subprocess.TimeoutExpired`` is raised.
@@ -42,7 +43,7 @@ def run_torchrun(script, nproc=2, args=(), cwd=None, timeout_s=300):
     proc = subprocess.Popen(
         command,
         cwd=cwd,
-        env=worker_env(),
+        env=worker_env(**(env or {})),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
