@@ -93,12 +93,14 @@ book: ready
 # stored outputs, which test-notebooks then proves current) and then the browser's
 # visits of it (which wait on pages much of their time and use about one core) run
 # in the background ("bg:", in that order) beside every later stage; the library's
-# tests and the judge's share nothing and run side by side ("+"); the pytest stages
-# that run many short, independent files spread them over two workers (-n 2; a file
-# stays on one worker, so its module fixtures are made once). tests/run_stages.sh
-# runs the list.
-TEST_STAGES := lint test-budget bg:test-book,test-browser test-unit+test-practice \
-  test-notebooks test-portable
+# tests, the judge's and the notebooks on the portable kernels (which skips every
+# cell that times something) share nothing and run side by side ("+"), each filling
+# the others' waits; the notebooks run last with nothing beside them, since their
+# timing cells measure this machine. The pytest stages that run many short,
+# independent files spread them over two workers (-n 2; a file stays on one worker,
+# so its module fixtures are made once). tests/run_stages.sh runs the list.
+TEST_STAGES := lint test-budget bg:test-book,test-browser \
+  test-unit+test-practice+test-portable test-notebooks
 
 test: ready
 	@MAKE="$(MAKE)" bash tests/run_stages.sh $(TEST_STAGES)

@@ -9,7 +9,9 @@ skipped, unless a compared cell needs what it computes (tag
 a compared cell tagged ``nbval-no-floats``: it prints no number that a floating-point
 kernel computes (counts, settings, the True or False of a comparison of two runs
 on the same machine), which tests/test_notebook_outputs.py checks of its stored
-output; chapter 9's restarts under torchrun are such cells, a minute each. And so
+output; chapter 9's restarts under torchrun are such cells, a minute each, and the
+cells that write a script (``%%writefile``): make test runs the portable run beside
+the unit tests, which read those scripts, so it must not rewrite them. And so
 is a cell tagged ``nbval-portable-test:FILE::TEST``: that test of tests/ runs the
 cell's computation under the same kernels and asserts the cell's claims
 (tests/portable_kernels.py), as for chapter 5's training runs, half a minute.
