@@ -25,6 +25,7 @@ import functools
 import http.server
 import os
 import shutil
+import sys
 import threading
 import urllib.parse
 
@@ -73,12 +74,21 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # The browser closed the connection while a file was still being sent (a
+        # page left before Pyodide arrived): a reader does that, the site is fine.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def serve_site(root):
     """Serve directory ``root`` on 127.0.0.1 (a free port); yield its base URL."""
     handler = functools.partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
+    server = _QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
