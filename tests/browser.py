@@ -112,8 +112,10 @@ def launch_chromium(headless=True):
             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
             # Every request that leaves 127.0.0.1 goes to a proxy that is not there,
             # so it fails at once; open_page reports it. (Playwright's request
-            # interception would do the same, but it turns the HTTP cache off.)
-            proxy={"server": "http://127.0.0.1:9", "bypass": "127.0.0.1,localhost"},
+            # interception would do the same, but it turns the HTTP cache off, and
+            # each chapter fetched Pyodide again: the browser tests took 411 s of CPU
+            # with it, 361 s without, measured here, one run each.)
+            proxy={"server": "http://127.0.0.1:9", "bypass": ",".join(LOCAL_HOSTS)},
         )
         try:
             yield chromium
@@ -167,11 +169,8 @@ def _icon_left_behind(request):
 # 3.5 against 1.4 s for a chapter without its Python, 11.1 against 9.0 s with it), a
 # fifth of the browser tests' time. So a test session keeps one open tab per kind of
 # visit (the figures' Python or not) and each ``open_page`` reuses it, as a reader
-# who goes from page to page does: the browser's cache warm, nothing else kept (the
-# cache is why requests that leave the machine are blocked by a proxy at launch, not
-# intercepted: Playwright's interception turns the HTTP cache off, and with it each
-# chapter fetched and compiled Pyodide again, the browser tests 411 s of CPU against
-# 361 s now, measured here, one run each). It
+# who goes from page to page does: the browser's cache warm (launch_chromium says
+# why nothing intercepts requests), nothing else kept. It
 # sets the viewport and the system's colour scheme; on leaving, the site's local and
 # session storage (the theme picked, the exercises' code) are cleared and the tab goes
 # to about:blank. A visit that raised leaves its tab closed. The benchmark

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2"}
 
 # Run in a new Python: the kernels are chosen once per process, so the ranks must
@@ -44,13 +43,16 @@ def run_ranks_on_portable_kernels(function, world_size, timeout_s):
     ranks' results. Past ``timeout_s`` (plus a minute to start) the Python is killed,
     and its ranks die with it.
     """
+    # mylib importable (the repository on PYTHONPATH), as for a launched script; here,
+    # not at the top: the Makefile runs this file with a Python that has no mylib
+    from mylib.experiments.torchrun import worker_env
+
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "results.pickle")
-        path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
         done = subprocess.run(
             [sys.executable, "-c", _PROGRAM, function.__module__, function.__name__]
             + [str(world_size), str(timeout_s), out],
-            env={**os.environ, **ENV, "PYTHONPATH": path},
+            env=worker_env(**ENV),
             capture_output=True,
             text=True,
             timeout=timeout_s + 60,
