@@ -26,6 +26,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SITE = pathlib.Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html")).resolve()
 
 
+def only_redirects(page):
+    """Whether the site's ``page`` (a path under SITE) only sends the reader on."""
+    return 'http-equiv="Refresh"' in (SITE / page).read_text(encoding="utf-8")
+
+
 def pytest_collection_modifyitems(items):
     """Files that hold a slow test first (stable otherwise).
 

@@ -19,7 +19,13 @@
   ``_config.yml`` names the repository (``repository: url:``), the one place
   the book writes its address; with none set there is no button pointing at an
   address nobody vouches for.
+* The site's ``index.html`` only sends the reader on to the first page. The one
+  ``sphinx-external-toc`` writes names no icon, so the browser asks for
+  ``/favicon.ico``, a 404 (and, when it answers before the page moves on, an
+  error in the console): ours names the book's icon.
 """
+
+from pathlib import Path
 
 REPOSITORY_BUTTONS = (
     "use_repository_button",
@@ -96,7 +102,27 @@ def repository_buttons(app, config):
         options[button] = bool(url)
 
 
+def write_site_index(app, exception):
+    """``index.html``: the first page, under the book's icon.
+
+    Runs before sphinx-external-toc's own (priority 500), which then leaves it.
+    """
+    if exception is not None or app.builder.format != "html":
+        return
+    icon = Path(app.config.html_favicon or "").name
+    first_page = app.builder.get_target_uri(app.config.root_doc)
+    Path(app.outdir, "index.html").write_text(
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">\n'
+        f"<title>{app.config.html_title or app.config.project}</title>\n"
+        + (f'<link rel="icon" href="_static/{icon}">\n' if icon else "")
+        + f'<meta http-equiv="Refresh" content="0; url={first_page}">\n'
+        "</head></html>\n",
+        encoding="utf8",
+    )
+
+
 def setup(app):
     app.connect("config-inited", repository_buttons)
     app.connect("html-page-context", fix_page_scripts, priority=900)
+    app.connect("build-finished", write_site_index, priority=400)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
