@@ -22,6 +22,7 @@ import pickle
 import re
 import signal
 import sys
+import threading
 import time
 
 from _judge import wire
@@ -37,6 +38,41 @@ GRACE_S = 2.0  # how long past its own alarm the reader's process may take to an
 # them would recurse past Python's limit in the judge.
 MAX_DEPTH = 100
 ALLOWED_STATUSES = ("failed", "error", "todo", "hang", "timeout", "exit")
+
+# Grades on several threads (``judge.py all --jobs``, the judge's tests) run their
+# checks in this one process, and so share torch's global random generator: a check
+# that seeds it and builds its case while another grade's check draws from it gets
+# another case, and fails a right answer. So the checks take turns: a grade's thread
+# holds CHECKS_TURN while its checks compute, and lets it go while it waits for the
+# reader's process, which is where a grade spends its time.
+CHECKS_TURN = threading.Lock()
+_turn = threading.local()
+
+
+@contextlib.contextmanager
+def checks_turn():
+    """Around a grade's checks: no other grade's checks compute meanwhile."""
+    with CHECKS_TURN:
+        _turn.held = True
+        try:
+            yield
+        finally:
+            _turn.held = False
+
+
+@contextlib.contextmanager
+def _waiting():
+    """Around a wait for the reader's process: other grades' checks compute."""
+    if not getattr(_turn, "held", False):
+        yield
+        return
+    _turn.held = False
+    CHECKS_TURN.release()
+    try:
+        yield
+    finally:
+        CHECKS_TURN.acquire()
+        _turn.held = True
 
 
 class RemoteFailure(Exception):
@@ -271,6 +307,10 @@ class Client:
 
     def receive(self, wait_s):
         """The next frame from the reader's process, decoded as plain data."""
+        with _waiting():
+            return self._receive(wait_s)
+
+    def _receive(self, wait_s):
         deadline = time.monotonic() + wait_s
         self.sock.settimeout(0.1)
         header = b""

@@ -43,7 +43,7 @@ from _judge import (  # noqa: F401
     tamper,
     wire,
 )
-from _judge.remote import Client, ProcessEnded
+from _judge.remote import Client, ProcessEnded, checks_turn
 from _judge.running import collect_checks, overall, run_checks
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
@@ -421,7 +421,10 @@ def _grade(
             left = max(min(check_timeout_s, deadline - time.monotonic()), 0.1)
             return client.check(name, left)
 
-        results = run_checks(collect_checks(checks), client.module(), path, guard=guard)
+        with checks_turn():
+            results = run_checks(
+                collect_checks(checks), client.module(), path, guard=guard
+            )
     finally:
         ranks._CURRENT.client = None
         ranks._CURRENT.reference = None

@@ -87,3 +87,66 @@ def test_the_stand_in_behaves_like_the_module(tmp_path, ranks):
     broken.write_text(SOLUTION.replace("t += 1", "t = t + 1"))
     report = grade_file(exercise, os.fspath(broken))
     assert report.results[0]["status"] == "failed"
+
+
+def test_grades_on_threads_take_turns_with_torch_s_generator(tmp_path):
+    """Grades on two threads (``judge.py all --jobs 2``) share torch's generator.
+
+    A check's case, seeded and drawn, is never cut into by another grade's
+    checks, which would seed it again (a right answer then fails: this happened
+    in CI); and a grade waiting for its reader's process lets the other grade's
+    checks run meanwhile (else the grades would take turns for whole grades).
+    """
+    import socket
+    import threading
+    import time
+
+    import torch
+
+    from _judge import wire
+    from _judge.remote import Client, checks_turn
+
+    def case(seed):
+        torch.manual_seed(seed)
+        first = torch.rand(3).tolist()
+        time.sleep(0.05)  # where the other thread runs, without the turns
+        return first + torch.rand(3).tolist()
+
+    alone = {seed: case(seed) for seed in (1, 2)}
+    ours, theirs = socket.socketpair()
+    output = tmp_path / "output.txt"
+    output.write_text("")
+    client = Client(ours, str(output), 1 << 20, "mine.py", b"")
+    seen, started = {}, threading.Event()
+
+    def grade(name, work):
+        try:
+            work()
+        except BaseException as e:  # reported below, not lost in the thread
+            seen[name] = e
+
+    def waiting():
+        with checks_turn():
+            started.set()
+            seen[1] = case(1)
+            seen["reply"] = client.receive(10.0)  # the other's checks run now
+
+    def computing():
+        started.wait(10.0)
+        with checks_turn():
+            seen[2] = case(2)
+            wire.send(theirs, ("ok", "drawn"))
+
+    threads = [
+        threading.Thread(target=grade, args=(n, w))
+        for n, w in (("waiting", waiting), ("computing", computing))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30.0)
+    ours.close()
+    theirs.close()
+    assert not any(t.is_alive() for t in threads), "the grades deadlocked"
+    assert seen.get("reply") == ("ok", "drawn"), seen
+    assert seen[1] == alone[1] and seen[2] == alone[2], "the checks' draws mixed"
