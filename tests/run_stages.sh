@@ -94,7 +94,8 @@ for step in "$@"; do
   else
     pids=()
     for part in "${parts[@]}"; do
-      echo "make test: $part runs beside ${step//+/ and } (its log follows when they end)"
+      others=$(printf '%s\n' "${parts[@]}" | grep -vx "$part" | paste -sd, - | sed 's/,/ and /g')
+      echo "make test: $part runs beside $others (its log follows when they end)"
       run_logged "$part" &
       pids+=($!)
     done
