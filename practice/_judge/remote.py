@@ -39,12 +39,13 @@ GRACE_S = 2.0  # how long past its own alarm the reader's process may take to an
 MAX_DEPTH = 100
 ALLOWED_STATUSES = ("failed", "error", "todo", "hang", "timeout", "exit")
 
-# Grades on several threads (``judge.py all --jobs``, the judge's tests) run their
-# checks in this one process, and so share torch's global random generator: a check
-# that seeds it and builds its case while another grade's check draws from it gets
-# another case, and fails a right answer. So the checks take turns: a grade's thread
-# holds CHECKS_TURN while its checks compute, and lets it go while it waits for the
-# reader's process, which is where a grade spends its time.
+# Grades on several threads of one process (the judge's tests grade every solution
+# and starter two at a time; judge.py forks a grader per grade) run their checks side
+# by side, and so share torch's global random generator: a check that seeds it and
+# builds its case while another grade's check draws from it gets another case, and
+# fails a right answer. So the checks take turns: a grade's thread holds CHECKS_TURN
+# while its checks compute, and lets it go while it waits for the reader's process,
+# which is where a grade spends its time.
 CHECKS_TURN = threading.Lock()
 _turn = threading.local()
 

@@ -90,7 +90,7 @@ def test_the_stand_in_behaves_like_the_module(tmp_path, ranks):
 
 
 def test_grades_on_threads_take_turns_with_torch_s_generator(tmp_path):
-    """Grades on two threads (``judge.py all --jobs 2``) share torch's generator.
+    """Grades on two threads of one process (as the tests grade) share torch's RNG.
 
     A check's case, seeded and drawn, is never cut into by another grade's
     checks, which would seed it again (a right answer then fails: this happened
