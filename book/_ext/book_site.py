@@ -25,6 +25,7 @@
   error in the console): ours names the book's icon.
 """
 
+import html
 from pathlib import Path
 
 REPOSITORY_BUTTONS = (
@@ -113,7 +114,7 @@ def write_site_index(app, exception):
     first_page = app.builder.get_target_uri(app.config.root_doc)
     Path(app.outdir, "index.html").write_text(
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">\n'
-        f"<title>{app.config.html_title or app.config.project}</title>\n"
+        f"<title>{html.escape(app.config.html_title or app.config.project)}</title>\n"
         + (f'<link rel="icon" href="_static/{icon}">\n' if icon else "")
         + f'<meta http-equiv="Refresh" content="0; url={first_page}">\n'
         "</head></html>\n",
