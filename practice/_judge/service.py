@@ -146,8 +146,9 @@ class Service:
             "exercises_dir": os.path.dirname(exercise.dir),
             "id": exercise.id,
             "path": os.path.abspath(path),
-            "time_limit_s": time_limit_s,
-            "check_timeout_s": check_timeout_s,
+            # this command's limits (JUDGE_TIME_SCALE included), not the service's
+            "time_limit_s": time_limit_s or exercise.time_limit_s,
+            "check_timeout_s": check_timeout_s or exercise.check_timeout_s,
         }
         if exercise.ranks:
             request["preload"] = sandbox.preload_for([exercise])
