@@ -49,12 +49,16 @@ run_chain() {  # run stages $1, $2... in order, each logged; after a failure, no
   done
 }
 
+stop_failed() {  # step $1 failed with status $2: the times so far, and stop
+  printf "\nmake test: %s failed. Stage times:\n$times" "$1"
+  exit "$2"
+}
+
 report_background_failure() {  # a background stage that failed: its log, and stop
   for part in "${background[@]}"; do
     if [ -f "$logs/$part.rc" ] && [ "$(cat "$logs/$part.rc")" != 0 ]; then
       print_logged "$part" "$(started "$part")"
-      printf "\nmake test: %s failed. Stage times:\n$times" "$part"
-      exit "$(cat "$logs/$part.rc")"
+      stop_failed "$part" "$(cat "$logs/$part.rc")"
     fi
   done
 }
@@ -94,8 +98,9 @@ for step in "$@"; do
   else
     pids=()
     for part in "${parts[@]}"; do
-      others=$(printf '%s\n' "${parts[@]}" | grep -vx "$part" | paste -sd, - | sed 's/,/ and /g')
-      echo "make test: $part runs beside $others (its log follows when they end)"
+      others=()
+      for other in "${parts[@]}"; do [ "$other" = "$part" ] || others+=("$other"); done
+      echo "make test: $part runs beside $(printf '%s and ' "${others[@]}" | sed 's/ and $//') (its log follows when they end)"
       run_logged "$part" &
       pids+=($!)
     done
@@ -105,18 +110,12 @@ for step in "$@"; do
       [ "$(cat "$logs/$part.rc")" = 0 ] || status=$(cat "$logs/$part.rc")
     done
   fi
-  if [ "$status" != 0 ]; then
-    printf "\nmake test: %s failed. Stage times:\n$times" "$step"
-    exit "$status"
-  fi
+  [ "$status" = 0 ] || stop_failed "$step" "$status"
   report_background_failure
 done
 for part in "${background[@]}"; do
   while [ ! -f "$logs/$part.rc" ]; do sleep 1; done
   print_logged "$part" "$(started "$part")"
-  if [ "$(cat "$logs/$part.rc")" != 0 ]; then
-    printf "\nmake test: %s failed. Stage times:\n$times" "$part"
-    exit "$(cat "$logs/$part.rc")"
-  fi
+  [ "$(cat "$logs/$part.rc")" = 0 ] || stop_failed "$part" "$(cat "$logs/$part.rc")"
 done
 printf "\nmake test passed. Stage times:\n$times  %-15s %5d s\n" total $(($(date +%s) - total))
